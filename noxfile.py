@@ -1,0 +1,150 @@
+"""The one task runner: ``nox -s lint tests wheels`` is what CI runs (see README).
+
+Sessions
+  lint                ruff over the whole repository
+  tests               roll-core and every plugin installed together, the whole test suite
+  plugin-<name>       one plugin's own tests next to roll-core
+  wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
+                      proving its entry point is found and its import stays light
+  demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
+
+Plain pip everywhere: the machine's pip configuration pins torch to a local CPU build, which uv
+and poetry would not see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PLUGINS_DIR = ROOT / "plugins"
+PYTHON = "3.11"
+nox.options.sessions = ["lint", "tests", "wheels"]
+nox.options.default_venv_backend = "venv"
+
+# Test processes: no hub downloads, no Ray login prompts, no telemetry.
+TEST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONHASHSEED": "0",
+}
+# Modules that the import of any plugin entry point must not pull in (checked in `wheels`).
+HEAVY_MODULES = ("torch", "ray", "vllm", "transformers", "deepspeed", "sglang", "megatron")
+
+
+def plugin_dirs(*, combined_only: bool = False) -> list[Path]:
+    """Plugin packages under plugins/; ``combined_only`` drops those needing their own venv."""
+    dirs = []
+    for path in sorted(PLUGINS_DIR.glob("*/pyproject.toml")):
+        meta = tomllib.loads(path.read_text())
+        if combined_only and meta.get("tool", {}).get("roll", {}).get("own-session", False):
+            continue
+        dirs.append(path.parent)
+    return dirs
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The whole suite: roll-core plus every plugin that shares its environment."""
+    plugins = plugin_dirs(combined_only=True)
+    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))])
+    _drop_incompatible(session)
+    paths = session.posargs or ["tests", *[str(p / "tests") for p in plugins if (p / "tests").is_dir()]]
+    session.run("pytest", *paths, env=TEST_ENV)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("plugin", [p.name for p in plugin_dirs()])
+def plugin(session: nox.Session, plugin: str) -> None:
+    """One plugin's tests, next to roll-core only."""
+    path = PLUGINS_DIR / plugin
+    session.install("-e", ".[test]", "-e", f"{path}[test]" if _has_extra(path, "test") else str(path))
+    _drop_incompatible(session)
+    session.run("pytest", str(path / "tests"), *session.posargs, env=TEST_ENV)
+
+
+@nox.session(python=PYTHON)
+def wheels(session: nox.Session) -> None:
+    """Non-editable wheel installs: each plugin alone next to roll-core, found through its entry point.
+
+    roll-core is installed without its heavy dependencies on purpose: listing plugins and
+    importing their entry modules must work without torch, ray or transformers.
+    """
+    dist = Path(session.create_tmp()) / "dist"
+    session.install("build>=1.2")
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT), silent=True)
+    for path in plugin_dirs():
+        session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(path), silent=True)
+    core_wheel = next(dist.glob("roll_core-*.whl"))
+    light = [d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+             if d.split("=")[0].split(">")[0].split("<")[0].strip() not in _HEAVY_DISTS]
+    for path in plugin_dirs():
+        name = tomllib.loads((path / "pyproject.toml").read_text())["project"]["name"]
+        wheel = next(dist.glob(name.replace("-", "_") + "-*.whl"))
+        venv = Path(session.create_tmp()) / f"venv-{path.name}"
+        session.run("python", "-m", "venv", "--clear", str(venv), silent=True)
+        py = str(venv / "bin" / "python")
+        session.run(py, "-m", "pip", "install", "-q", "--no-deps", str(core_wheel), external=True)
+        session.run(py, "-m", "pip", "install", "-q", *light, external=True)
+        session.run(py, "-m", "pip", "install", "-q", str(wheel), external=True)
+        out = session.run(str(venv / "bin" / "roll"), "plugins", "list", "--json", external=True,
+                          silent=True, env=TEST_ENV)
+        listing = json.loads(out)
+        mine = [p for p in listing if p["distribution"] == name]
+        if not mine or any(p["status"] != "ok" for p in mine) or not any(p["provides"] for p in mine):
+            session.error(f"{name}: entry point not found or failed in a fresh venv: {mine}")
+        session.log(f"{name}: " + ", ".join(f"{r['kind']}:{r['name']}" for p in mine for r in p["provides"]))
+        check = (
+            "import importlib, sys\n"
+            "from importlib.metadata import entry_points\n"
+            f"for ep in entry_points(group='roll'):\n"
+            "    importlib.import_module(ep.value)\n"
+            f"heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]\n"
+            "assert not heavy, f'plugin entry points imported heavy modules: {heavy}'\n"
+        )
+        session.run(py, "-c", check, external=True)
+
+
+_HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib"}
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The README demo: GRPO on FrozenLake with the built-in tiny model, on CPU."""
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"))
+    _drop_incompatible(session)
+    config = session.posargs or ["examples/frozen_lake/grpo.yaml"]
+    session.run("roll", "run", *config, env={**TEST_ENV, **_FAST_MALLOC})
+
+
+# glibc malloc otherwise returns big training buffers to the OS every step (see DEPENDENCIES.md)
+_FAST_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
+
+
+def _has_extra(path: Path, extra: str) -> bool:
+    meta = tomllib.loads((path / "pyproject.toml").read_text())
+    return extra in meta["project"].get("optional-dependencies", {})
+
+
+def _drop_incompatible(session: nox.Session) -> None:
+    """torchvision/torchaudio from PyPI break transformers next to the CPU torch build."""
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
+                silent=True)
+
+
+if os.environ.get("CI"):
+    nox.options.error_on_missing_interpreters = True

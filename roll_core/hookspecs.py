@@ -1,0 +1,112 @@
+"""Every hook a roll plugin can implement.
+
+roll is extended through register-style hooks: roll calls each implementation once, handing it a
+``register`` callback, and the implementation announces what it provides by calling ``register``
+any number of times. Registration is lazy: a plugin names its component as a ``"module:attr"``
+string and roll imports it only when a config selects it, so importing a plugin's entry module
+must stay cheap (never import torch, ray or vllm at module level there).
+
+Every ``register`` callback has the same signature::
+
+    register(name, target, *, tags=(), description="", requires=(), **options)
+
+``name``
+    The unique name a config selects the component by (``env_type: sokoban``,
+    ``adv_estimator: grpo``, ``strategy_name: hf_train`` ...). Two plugins registering one name
+    of one kind is an error that names both distributions.
+``target``
+    ``"package.module:Attribute"``, imported on first use.
+``tags``
+    Extra names the component can be found by (``registry.find_by_tag``); envs use them for
+    ROLL's familiar env tags (``FrozenLake``, ``SimpleSokoban``).
+``description``
+    One line shown by ``roll plugins list``; the target's docstring is shown by ``roll plugins show``.
+``requires``
+    pip requirement strings the component needs at import time; when the import fails, roll's
+    error tells the user to ``pip install`` exactly these.
+``options``
+    Kind-specific metadata, documented on each hook below.
+
+Core's own components are registered through these very hooks (see ``roll_core.builtin``), so a
+third-party plugin is a first-class citizen: it can do anything the built-ins do.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "roll"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def roll_register_envs(register):
+    """Register text environments.
+
+    Called once per process when the registry is first built (the CLI, the pipeline driver and
+    every Ray worker build their own). ``target`` names a subclass of
+    :class:`roll_core.envs.TextEnv`. Options:
+
+    ``defaults``
+        a mapping of ``env_config`` values used when a config selects the env by one of its tags
+        without a ``custom_envs`` entry (for example ROLL's ``SimpleSokoban`` preset).
+
+    Example::
+
+        @hookimpl
+        def roll_register_envs(register):
+            register("maze", "roll_env_maze.env:MazeEnv", tags=["Maze"],
+                     description="Find the exit of a random maze")
+    """
+
+
+@hookspec
+def roll_register_advantage_estimators(register):
+    """Register advantage estimators, selected by ``adv_estimator`` in the config.
+
+    ``target`` names a callable ``estimator(batch, config) -> batch`` working on pure tensors (see
+    :mod:`roll_core.algorithms.advantages` for the contract: it receives the label-aligned
+    token rewards, masks, values and grouping keys and fills ``advantages`` and ``returns``).
+    Options:
+
+    ``needs_critic``
+        ``True`` when the estimator reads critic values (``gae``); the pipeline then builds a critic.
+    ``granularity``
+        ``"trajectory"`` (one sample per episode, the default) or ``"step"`` (one sample per turn,
+        as GiGPO needs); the rollout engine builds samples accordingly.
+    """
+
+
+@hookspec
+def roll_register_policy_losses(register):
+    """Register policy-gradient losses, selected by ``actor_train.pg_variant``.
+
+    ``target`` names a callable returning the per-token loss ``[B, T]`` from log-probs,
+    old log-probs, advantages and the config (see :mod:`roll_core.algorithms.losses` for the
+    exact signature); roll aggregates it with ``loss_agg_mode`` over the global batch.
+    """
+
+
+@hookspec
+def roll_register_strategies(register):
+    """Register training and inference backends, selected by ``strategy_args.strategy_name``.
+
+    Options:
+
+    ``role``
+        ``"train"`` or ``"infer"`` (required): a train strategy computes log-probs, trains and
+        exports weights; an infer strategy generates and loads exported weights.
+    ``needs_gpu``
+        ``True`` when the backend cannot run on a CPU-only machine; its tests skip there.
+    """
+
+
+@hookspec
+def roll_register_rewards(register):
+    """Register RLVR reward functions, chosen per data ``domain`` in the config.
+
+    ``target`` names a callable ``reward(prompt, response, reference, **kwargs) -> float``
+    (see :mod:`roll_core.rewards`).
+    """

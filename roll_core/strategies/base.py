@@ -1,0 +1,115 @@
+"""The backend contract: what a train strategy and an infer strategy do.
+
+Strategies are plugins (hook ``roll_register_strategies``) selected by
+``strategy_args.strategy_name``. The built-ins are ``hf_train`` / ``hf_infer`` (torch +
+transformers, CPU or GPU); ``vllm``, ``sglang``, ``deepspeed_train`` and ``megatron_train`` come
+as separate packages. The pipeline and the rollout engine only ever talk to these interfaces.
+
+Data conventions (shared by every strategy and by :mod:`roll_core.algorithms`):
+
+* A training batch is a ``dict[str, torch.Tensor]``; rows are right-padded to length ``L``.
+  Required keys: ``input_ids [B, L]`` (long), ``attention_mask [B, L]``, ``response_mask [B, L]``
+  (1 exactly on model-generated tokens). Per-token quantities (log-probs, advantages, ...) are
+  label-aligned ``[B, L-1]``: index ``j`` predicts token ``j+1``; the loss mask is
+  ``response_mask[:, 1:]``.
+* Generation works on token ids, never on re-tokenised text: requests carry prompt ids, outputs
+  carry the generated ids and their sampling log-probs, stamped with the policy version.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one response (ROLL's ``generating_args`` names)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: no top-k filtering
+    stop_token_ids: tuple[int, ...] = ()  # besides the tokenizer's eos
+    stop_strings: tuple[str, ...] = ()
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class GenerationRequest:
+    request_id: str
+    prompt_ids: Sequence[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: opaque routing key (an env id): the scheduler sends the same key to the same worker
+    route_key: str | None = None
+
+
+@dataclass
+class GenerationOutput:
+    request_id: str
+    token_ids: list[int]  # generated tokens, including the stop token when one was produced
+    logprobs: list[float]  # sampling log-prob of each generated token under the sampling policy
+    finish_reason: FinishReason
+    policy_version: int
+
+
+#: ``loss_fn(micro_batch, log_probs, entropy) -> (loss, metrics)``: ``log_probs``/``entropy`` are the
+#: current policy's label-aligned ``[b, L-1]`` tensors for the micro-batch (entropy may be None
+#: when not requested); ``loss`` is already scaled so that summing over micro-batches gives the
+#: global-batch loss (see ALGORITHMS.md §6.5).
+LossFn = Callable[[Mapping[str, Any], Any, Any], tuple[Any, dict[str, float]]]
+
+
+class InferStrategy(abc.ABC):
+    """Generates token ids with log-probs; loads weights exported by a train strategy."""
+
+    policy_version: int = 0
+
+    @abc.abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationOutput]:
+        """Generate for a batch of requests of any prompt lengths; outputs in request order."""
+
+    @abc.abstractmethod
+    def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Replace the weights (a HF-named state dict) and set ``policy_version``."""
+
+    def abort(self, request_ids: Sequence[str] | None = None) -> None:
+        """Stop in-flight generation (all when ``None``); aborted outputs finish with "abort"."""
+
+    def offload(self) -> None:
+        """Free accelerator memory while training runs (no-op on CPU)."""
+
+    def reload(self) -> None:
+        """Undo :meth:`offload`."""
+
+
+class TrainStrategy(abc.ABC):
+    """Computes log-probs, trains with a given loss, exports and checkpoints weights."""
+
+    @abc.abstractmethod
+    def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
+        """Label-aligned ``[B, L-1]`` log-probs (masked by ``response_mask[:, 1:]``), and entropy."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: Mapping[str, Any], loss_fn: LossFn) -> dict[str, float]:
+        """One optimiser step over ``batch`` (micro-batched, gradient accumulation, clipping)."""
+
+    @abc.abstractmethod
+    def export_weights(self) -> dict[str, Any]:
+        """The current weights as a HF-named state dict on CPU (for any infer strategy)."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str) -> None:
+        """Model in HF format (``save_pretrained``) plus optimizer, scheduler and RNG state."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote, exactly."""
