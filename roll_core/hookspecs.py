@@ -66,9 +66,10 @@ def roll_register_envs(register):
 def roll_register_advantage_estimators(register):
     """Register advantage estimators, selected by ``adv_estimator`` in the config.
 
-    ``target`` names a callable ``estimator(batch, config) -> batch`` working on pure tensors (see
-    :mod:`roll_core.algorithms.advantages` for the contract: it receives the label-aligned
-    token rewards, masks, values and grouping keys and fills ``advantages`` and ``returns``).
+    ``target`` names a callable ``estimator(data, config) -> dict`` working on pure tensors (see
+    :mod:`roll_core.algorithms.advantages` for the contract: ``data`` holds the label-aligned
+    ``token_level_rewards`` and ``mask``, critic ``values`` and the grouping keys; the estimator
+    returns ``advantages`` and ``returns`` ``[B, L-1]`` plus optional float metrics).
     Options:
 
     ``needs_critic``
@@ -83,9 +84,10 @@ def roll_register_advantage_estimators(register):
 def roll_register_policy_losses(register):
     """Register policy-gradient losses, selected by ``actor_train.pg_variant``.
 
-    ``target`` names a callable returning the per-token loss ``[B, T]`` from log-probs,
-    old log-probs, advantages and the config (see :mod:`roll_core.algorithms.losses` for the
-    exact signature); roll aggregates it with ``loss_agg_mode`` over the global batch.
+    ``target`` names a callable
+    ``loss(log_probs, old_log_probs, advantages, config, *, ratio=None, scores=None, **kw) -> [B, T]``
+    returning the per-token loss (see :mod:`roll_core.algorithms.losses`); roll aggregates it with
+    ``loss_agg_mode`` over the global batch, so a new loss never has to handle micro-batching.
     """
 
 
