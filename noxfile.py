@@ -90,17 +90,17 @@ def wheels(session: nox.Session) -> None:
     for path in plugin_dirs():
         session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(path), silent=True)
     core_wheel = next(dist.glob("roll_core-*.whl"))
-    light = [d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-             if d.split("=")[0].split(">")[0].split("<")[0].strip() not in _HEAVY_DISTS]
+    light = _requirements(ROOT, skip=_HEAVY_DISTS)
     for path in plugin_dirs():
         name = tomllib.loads((path / "pyproject.toml").read_text())["project"]["name"]
         wheel = next(dist.glob(name.replace("-", "_") + "-*.whl"))
         venv = Path(session.create_tmp()) / f"venv-{path.name}"
         session.run("python", "-m", "venv", "--clear", str(venv), silent=True)
         py = str(venv / "bin" / "python")
-        session.run(py, "-m", "pip", "install", "-q", "--no-deps", str(core_wheel), external=True)
-        session.run(py, "-m", "pip", "install", "-q", *light, external=True)
-        session.run(py, "-m", "pip", "install", "-q", str(wheel), external=True)
+        # --no-deps for both wheels: pip would otherwise complete roll-core's heavy requirements
+        session.run(py, "-m", "pip", "install", "-q", "--no-deps", str(core_wheel), str(wheel), external=True)
+        session.run(py, "-m", "pip", "install", "-q", *light, *_requirements(path, skip={"roll-core"}),
+                    external=True)
         out = session.run(str(venv / "bin" / "roll"), "plugins", "list", "--json", external=True,
                           silent=True, env=TEST_ENV)
         listing = json.loads(out)
@@ -119,7 +119,16 @@ def wheels(session: nox.Session) -> None:
         session.run(py, "-c", check, external=True)
 
 
-_HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib"}
+_HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib",
+                "math-verify"}
+
+
+def _requirements(project: Path, *, skip: set[str]) -> list[str]:
+    """A project's declared dependencies, minus the distributions named in ``skip``."""
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((project / "pyproject.toml").read_text())["project"].get("dependencies", [])
+    return [d for d in deps if Requirement(d).name.lower() not in skip]
 
 
 @nox.session(python=PYTHON)

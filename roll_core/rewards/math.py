@@ -1,0 +1,31 @@
+"""Math answers checked for equivalence, not string equality (``1/2`` == ``0.5`` == ``\\frac{1}{2}``)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+#: where the model is asked to put its final answer; the last match wins
+ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+
+
+def math_verify_reward(prompt: str, response: str, reference: str, *, answer_pattern: str | None = None,
+                       correct: float = 1.0, incorrect: float = 0.0, **_: object) -> float:
+    """``correct`` when the response's final answer equals ``reference`` mathematically.
+
+    The answer is taken from the last ``answer_pattern`` match (``<answer>...</answer>`` by
+    default; ``\\boxed{}`` and plain numbers are recognised too when no pattern matches).
+    Malformed output scores ``incorrect``; it never raises.
+    """
+    from math_verify import parse, verify
+
+    pattern = re.compile(answer_pattern, re.IGNORECASE | re.DOTALL) if answer_pattern else ANSWER_PATTERN
+    matches = pattern.findall(response or "")
+    candidate = matches[-1] if matches else (response or "")
+    # math-verify's time limits use SIGALRM, which only the main thread may set
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(str(reference), parsing_timeout=timeout)
+    answer = parse(candidate, parsing_timeout=timeout)
+    if not gold or not answer:
+        return incorrect
+    return correct if verify(gold, answer, timeout_seconds=timeout) else incorrect

@@ -1,0 +1,45 @@
+"""Built-in RLVR rewards on real answers, and their registration."""
+
+import threading
+
+import pytest
+
+from roll_core.plugins import PluginManager
+from roll_core.rewards import math_verify_reward, regex_reward
+
+
+@pytest.mark.parametrize(("response", "reference", "expected"), [
+    ("Adding gives <answer>19</answer>", "19", 1.0),
+    ("<answer>0.5</answer>", "\\frac{1}{2}", 1.0),
+    ("The result is $\\boxed{\\frac{3}{6}}$", "1/2", 1.0),
+    ("<answer>20</answer>", "19", 0.0),
+    ("first <answer>3</answer> then <answer>4</answer>", "4", 1.0),  # the last answer counts
+    ("I have no idea", "19", 0.0),
+    ("", "19", 0.0),
+    ("<answer>}{{\\frac</answer>", "2", 0.0),  # malformed never raises
+])
+def test_math_verify_reward(response, reference, expected):
+    assert math_verify_reward("q", response, reference) == expected
+
+
+def test_math_verify_reward_works_off_the_main_thread():
+    results = []
+    thread = threading.Thread(target=lambda: results.append(math_verify_reward("q", "<answer>4</answer>", "2+2")))
+    thread.start()
+    thread.join()
+    assert results == [1.0]
+
+
+def test_regex_reward():
+    assert regex_reward("q", "<think>12+7</think> <answer>19</answer>") == 1.0
+    assert regex_reward("q", "<answer>19</answer>") == 1.0
+    assert regex_reward("q", "19") == 0.0
+    assert regex_reward("q", "<answer>19</answer> trailing words") == 0.0
+    assert regex_reward("q", "ok", pattern=r"^ok$", match=2.0) == 2.0
+
+
+def test_rewards_are_registered_by_name_and_tag():
+    registry = PluginManager(autoload=False).registry
+    assert registry.get("reward", "math_rule").name == "math_verify"
+    assert registry.load("reward", "math_verify") is math_verify_reward
+    assert registry.load("reward", "format") is regex_reward
