@@ -179,7 +179,7 @@ class Registry:
         if hits:
             msg += " Did you mean " + " or ".join(repr(h) for h in hits) + "?"
         installed = ", ".join(self.names(kind)) or "none"
-        msg += f" Installed {label}s: {installed}."
+        msg += f" Installed {_PLURALS.get(kind, label + 's')}: {installed}."
         provider = KNOWN_PROVIDERS.get((kind, name)) or (
             KNOWN_TAG_PROVIDERS.get(name) if kind == "env" else None
         )
@@ -188,6 +188,9 @@ class Registry:
         for plugin, error in self.failed_plugins:
             msg += f" Note: plugin {plugin!r} failed to load ({error}); it may provide {name!r}."
         return msg
+
+
+_PLURALS = {"strategy": "strategies", "policy_loss": "policy losses"}
 
 
 def _origin(reg: Registration) -> str:

@@ -1,0 +1,110 @@
+"""Algorithm settings shared by the agentic and RLVR pipelines (ROLL's ``PPOConfig`` fields).
+
+Defaults are those of ALGORITHMS.md §7 except where roll decided otherwise: ``init_kl_coef``
+defaults to 0.0 (no reference model unless a KL term is on) and ``kl_penalty`` also accepts
+``k3``. Names that select a plugin (``adv_estimator``) are plain strings here; ``resolve`` checks
+them against the registry, so a third-party estimator is as valid as a built-in one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from roll_core.config.base import NoneStr, RollModel, compat
+
+NormType = Annotated[Literal["batch", "group"] | None, NoneStr]  # ROLL's "running" never worked (ALGORITHMS.md §2.1)
+RatioGranularity = Literal["token", "segment", "geometric", "sequence"]
+
+
+class TrainInferISWeight(RollModel):
+    """Importance weight correcting for the gap between training and inference log-probs."""
+
+    enabled: bool = False
+    weight_type: RatioGranularity = "token"
+    upper_bound: float | None = Field(1.2, gt=0.0, description="Clamp of the weight; null: no clamp.")
+    detach: bool = True
+
+
+class TrainInferFilter(RollModel):
+    """One rule dropping tokens whose train/inference probabilities disagree too much."""
+
+    enabled: bool = False
+    agg_type: RatioGranularity = "token"
+    ratio_enabled: bool = True
+    ratio_low: float = 0.8
+    ratio_high: float = 1.2
+    diff_enabled: bool = False
+    diff_low: float = -0.2
+    diff_high: float = 0.2
+
+    @model_validator(mode="after")
+    def _ranges_ordered(self):
+        if self.ratio_low > self.ratio_high:
+            raise ValueError(f"ratio_low ({self.ratio_low}) is above ratio_high ({self.ratio_high})")
+        if self.diff_low > self.diff_high:
+            raise ValueError(f"diff_low ({self.diff_low}) is above diff_high ({self.diff_high})")
+        return self
+
+
+class TrainInferCorrection(RollModel):
+    """``train_infer_correction``: IS weight and filters for off-policy / mismatch handling."""
+
+    is_weight: TrainInferISWeight = Field(default_factory=TrainInferISWeight)
+    filters: list[TrainInferFilter] = Field(default_factory=list)
+
+
+class RewardNormalizationConfig(RollModel):
+    """Agentic reward normalisation: statistics over ``grouping`` (a sample key, or ``batch``)."""
+
+    grouping: str = Field("batch", description="batch, or a sample key such as traj_group_id / tags.")
+    method: Literal["identity", "mean", "mean_std", "asym_clip"] = Field(
+        "identity", description="Deprecated shortcut for the two norm types."
+    )
+    norm_mean_type: Annotated[Literal["batch", "group"] | None, NoneStr] = None
+    norm_std_type: Annotated[Literal["batch", "group"] | None, NoneStr] = None
+
+
+class AlgorithmConfig(RollModel):
+    """Advantages, rewards, KL and loss settings (top-level keys of a ROLL config)."""
+
+    adv_estimator: str = Field(
+        "gae", description="A registered advantage estimator: gae, reinforce, grpo, gigpo, step_reinforce, ..."
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Token-level discount.")
+    lambd: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
+    norm_mean_type: NormType = None
+    norm_std_type: NormType = None
+    reward_clip: float | None = Field(None, gt=0.0, description="Symmetric reward clamp (applied once).")
+    advantage_clip: float | None = Field(None, gt=0.0)
+    whiten_rewards: bool = False
+    whiten_advantages: bool = False
+    pg_clip: float = Field(0.2, ge=0.0)
+    use_pg_clip_range: bool = Field(False, description="Use pg_clip_low / pg_clip_high instead of pg_clip.")
+    pg_clip_low: float = Field(0.2, ge=0.0)
+    pg_clip_high: float = Field(0.2, ge=0.0)
+    dual_clip_loss: bool = Field(False, description="Bound the loss of negative advantages (see dual_clip_c).")
+    value_clip: float | None = Field(None, gt=0.0)
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = "kl"
+    init_kl_coef: float = Field(0.0, ge=0.0, description="KL-in-reward coefficient; roll defaults to 0.")
+    target_kl: float | None = Field(None, gt=0.0, description="Adaptive KL target; null: fixed coefficient.")
+    kl_horizon: int = Field(10000, ge=1)
+    add_token_level_kl: bool = False
+    use_kl_loss: bool = False
+    kl_loss_coef: float = Field(0.0, ge=0.0)
+    entropy_loss_coef: float = 0.0
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "seq-mean-token-mean"
+    ppo_epochs: int = Field(1, ge=1)
+    critic_warmup: int = Field(0, ge=0)
+    enable_reference: bool = Field(False, description="Switched on automatically when a KL term needs it.")
+    enable_old_logprobs_recompute: bool = False
+    force_disable_old_logprobs_recompute: bool = False
+    train_infer_correction: TrainInferCorrection = Field(default_factory=TrainInferCorrection)
+    max_grad_norm: float = compat(1.0, "Use actor_train.training_args.max_grad_norm.")
+    l2: float = compat(0.0)
+    use_reward_scaling: bool = compat(False)
+    use_reward_norm: bool = compat(False)
+    add_len_reward: bool = compat(False)

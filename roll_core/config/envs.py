@@ -1,0 +1,110 @@
+"""Agentic env sections: ``train_env_manager`` / ``val_env_manager`` and ``custom_envs``.
+
+``num_env_groups`` groups of ``group_size`` envs; all envs of a group replay the same seed, which
+is what group baselines (GRPO, StarPO) need. Env types are spread over groups by ``tags`` and
+``num_groups_partition``; when the partition is absent the groups are split equally (roll's
+decision; ROLL defaults it to ``[128]``). ``env_config`` stays a free mapping here: ``resolve``
+validates it against the selected env plugin's ``config_model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from roll_core.config.base import FreeDict, RollModel, compat
+from roll_core.config.workers import WorkerConfig
+
+
+class LLMProxyConfig(RollModel):
+    """Who answers the env's prompts (ROLL: policy, openai, random)."""
+
+    proxy_type: str = "policy"
+    proxy_config: FreeDict = Field(default_factory=dict)
+
+
+class EnvManagerConfig(WorkerConfig):
+    """How many envs of which tags run, and how they are grouped and placed on workers."""
+
+    num_env_groups: int = Field(128, ge=1, description="Number of env groups.")
+    group_size: int = Field(1, ge=1, description="Envs per group; a group shares config and seed.")
+    group_size_redundancy: int = Field(0, ge=0, description="Extra envs per group (the fastest ones win).")
+    tags: list[str] = Field(
+        default_factory=lambda: ["SimpleSokoban"], min_length=1,
+        description="Env tags: custom_envs keys or registered env names/tags.",
+    )
+    num_groups_partition: list[int] | None = Field(
+        None, description="Groups per tag, in tags order; unset: split equally."
+    )
+    max_env_num_per_worker: int = Field(0, ge=0, description="Envs per env-manager worker; 0: all in one.")
+    max_traj_per_env: int = Field(-1, description="Trajectories per env per step; -1: derived.")
+    format_penalty: float = Field(0.0, description="Reward of a response without a valid action.")
+    llm_proxy: LLMProxyConfig = Field(default_factory=LLMProxyConfig)
+    group_filter_cls: str | None = compat(None)
+
+    @property
+    def final_group_size(self) -> int:
+        """Envs actually started per group (``group_size`` plus redundancy)."""
+        return self.group_size + self.group_size_redundancy
+
+    @property
+    def num_envs(self) -> int:
+        return self.num_env_groups * self.final_group_size
+
+    def partition(self) -> dict[str, int]:
+        """Groups per tag: the configured partition, or an equal split (earlier tags get the rest)."""
+        if self.num_groups_partition is not None:
+            return dict(zip(self.tags, self.num_groups_partition, strict=True))
+        share, rest = divmod(self.num_env_groups, len(self.tags))
+        return {tag: share + (1 if i < rest else 0) for i, tag in enumerate(self.tags)}
+
+    def partition_problems(self, path: str) -> list[str]:
+        """Why tags / num_groups_partition / num_env_groups do not fit together (empty when they do)."""
+        problems = []
+        duplicates = sorted({t for t in self.tags if self.tags.count(t) > 1})
+        if duplicates:
+            problems.append(f"{path}.tags lists {', '.join(map(repr, duplicates))} more than once")
+        partition = self.num_groups_partition
+        if partition is None:
+            if self.num_env_groups < len(self.tags):
+                problems.append(
+                    f"{path}.num_env_groups ({self.num_env_groups}) is smaller than the number of tags "
+                    f"({len(self.tags)}), so some tag would get no env group; raise num_env_groups or set "
+                    f"{path}.num_groups_partition"
+                )
+            return problems
+        if len(partition) != len(self.tags):
+            problems.append(
+                f"{path}.num_groups_partition has {len(partition)} entries {partition} but {path}.tags has "
+                f"{len(self.tags)} {self.tags}; give one group count per tag"
+            )
+        if any(n < 0 for n in partition):
+            problems.append(f"{path}.num_groups_partition {partition} has a negative group count")
+        if sum(partition) != self.num_env_groups:
+            problems.append(
+                f"{path}.num_groups_partition {partition} sums to {sum(partition)}, but {path}.num_env_groups "
+                f"is {self.num_env_groups}; they must be equal"
+            )
+        return problems
+
+
+class CustomEnvConfig(RollModel):
+    """One ``custom_envs`` entry: an env plugin plus its settings, selected by its tag."""
+
+    env_type: str = Field(description="A registered env name or tag (`roll plugins list`).")
+    env_config: FreeDict = Field(
+        default_factory=dict, description="Settings validated by the env's config_model at resolve time."
+    )
+    max_tokens_per_step: int | None = Field(None, ge=1, description="Generation cap of one turn.")
+    max_steps: int | None = Field(None, ge=1, description="Turns per episode.")
+    agent_system_template: str | None = Field(None, description="System prompt template of the agent.")
+    agent_template: str | None = Field(None, description="Per-turn user prompt template.")
+    history_length: int | None = Field(None, ge=0, description="Turns of history shown (step-wise rollout).")
+    env_manager_cls: str | None = compat(None, "roll picks the env manager from the estimator's granularity.")
+    use_thread_lock: bool = compat(False)
+    max_env_step_concurrent: int | None = compat(None)
+
+    def merged_env_config(self, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Registration defaults overlaid with this entry's env_config (what the env is built from)."""
+        return {**(defaults or {}), **self.env_config}

@@ -1,0 +1,315 @@
+"""The whole config of one run: :class:`AgenticConfig` or :class:`RLVRConfig`, and how to tell them apart.
+
+ROLL decides the pipeline by the script a user starts; roll reads it from the config: an explicit
+``pipeline_type``, else the keys only one of the two pipelines has (``custom_envs``,
+``train_env_manager`` ... versus ``rewards``, ``num_return_sequences_in_group`` ...). A config with
+neither is agentic (ROLL's agentic examples often keep their env sections in an included file).
+
+Validation here is pure: no registry, no files, no environment. Checks that need installed
+plugins (names, env configs) are done by :func:`roll_core.config.resolve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from roll_core.config.algorithm import AlgorithmConfig, RewardNormalizationConfig
+from roll_core.config.base import FreeDict, RollModel, compat
+from roll_core.config.envs import CustomEnvConfig, EnvManagerConfig
+from roll_core.config.errors import config_error, problems_message, warn
+from roll_core.config.rlvr import (
+    DatasetFilterConfig,
+    RewardConfig,
+    ValidationConfig,
+    VLMFilterConfig,
+)
+from roll_core.config.workers import ActorInferConfig, ActorTrainConfig, WorkerConfig
+from roll_core.errors import ConfigError, did_you_mean
+
+PipelineType = Literal["agentic", "rlvr"]
+
+
+class RunSettings(RollModel):
+    """Experiment bookkeeping, schedule, batch sizes and lengths (top-level keys)."""
+
+    pipeline_type: PipelineType = Field(description="agentic or rlvr; inferred from the keys when absent.")
+    exp_name: str = "roll"
+    seed: int = 42
+    pretrain: str | None = Field(None, description="Policy weights: a Hugging Face id or a local path.")
+    reward_pretrain: str | None = Field(None, description="Critic / reward model weights.")
+    output_dir: str = "./output"
+    logging_dir: str = "./output/logs"
+    render_save_dir: str | None = Field(None, description="Where frames / GIFs of trajectories go.")
+    track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = "tensorboard"
+    tracker_kwargs: FreeDict = Field(default_factory=dict)
+    max_steps: int = Field(500, description="Pipeline steps; -1: no limit.")
+    save_steps: int = Field(50, ge=0, description="Checkpoint every N steps (0: never).")
+    logging_steps: int = Field(1, ge=1)
+    eval_steps: int = Field(10, ge=0, description="Validate every N steps (0: never).")
+    max_ckpt_to_keep: int = Field(0, ge=0, description="0 keeps every checkpoint.")
+    resume_from_checkpoint: bool | str = Field(False, description="False, or the checkpoint path to resume.")
+    checkpoint_config: FreeDict = Field(default_factory=dict)
+    rollout_batch_size: int = Field(128, ge=1, description="Trajectories (agentic) / prompts (RLVR) per step.")
+    val_batch_size: int = Field(128, description="Samples per validation; negative: run every val env once.")
+    prompt_length: int | None = Field(1024, ge=1)
+    response_length: int | None = Field(None, ge=1)
+    sequence_length: int | None = Field(None, ge=1, description="Max tokens of one sample (prompt + response).")
+    val_prompt_length: int | None = Field(None, ge=1)
+    val_sequence_length: int | None = Field(None, ge=1)
+    async_generation_ratio: int = Field(
+        0, ge=0, description="0: synchronous; k: rollouts may lag the policy by up to k versions."
+    )
+    max_running_requests: int = Field(128, ge=1)
+    is_num_return_sequences_expand: bool = False
+    num_nodes: int = Field(1, ge=1)
+    num_gpus_per_node: int = Field(8, ge=0)
+    system_envs: dict[str, str] = Field(default_factory=dict)
+    generate_opt_level: int = compat(1)
+    is_use_additional_prompts: bool = compat(False)
+    max_additional_running_prompts: int = compat(16)
+    user_defined_rollout_loop_cls: str | None = compat(None)
+    base_dir: str | None = compat(None)
+    rpc_timeout: int = compat(3600)
+    rollout_dump_dir: str | None = compat(None)
+    local_rank: int = compat(-1)
+    profiler_timeline: bool = compat(False)
+    profiler_memory: bool = compat(False)
+    report_length_and_rewards: bool = compat(False)
+    is_offload_states: bool = compat(False)
+    is_offload_optimizer_states_in_train_step: bool = compat(False)
+    length_profiler_dir: str | None = compat(None)
+    profiler_output_dir: str | None = compat(None)
+    model_update_buffer_size_mb: int = compat(1024)
+    model_download_type: str | None = compat(None)
+    rollout_mock: FreeDict | None = compat(None)
+
+    @field_validator("resume_from_checkpoint")
+    @classmethod
+    def _empty_path_means_no(cls, value):
+        return False if value == "" else value
+
+    @property
+    def effective_sequence_length(self) -> int | None:
+        """``sequence_length``, or ``prompt_length + response_length`` as ROLL derives it."""
+        if self.sequence_length is not None:
+            return self.sequence_length
+        if self.prompt_length is not None and self.response_length is not None:
+            return self.prompt_length + self.response_length
+        return None
+
+
+class PipelineConfig(AlgorithmConfig, RunSettings):
+    """Everything both pipelines share: run settings, algorithm settings and the four workers."""
+
+    actor_train: ActorTrainConfig = Field(default_factory=ActorTrainConfig)
+    actor_infer: ActorInferConfig = Field(default_factory=ActorInferConfig)
+    critic: WorkerConfig = Field(default_factory=WorkerConfig, description="Built only for critic estimators.")
+    reference: WorkerConfig = Field(default_factory=WorkerConfig, description="Built only when KL is used.")
+    reward: WorkerConfig = compat(WorkerConfig())
+
+    @model_validator(mode="after")
+    def _check_common(self):
+        problems = []
+        if self.effective_sequence_length is None:
+            problems.append(
+                "set sequence_length (or prompt_length and response_length): it bounds every sample's length"
+            )
+        if self.max_steps == 0 or self.max_steps < -1:
+            problems.append(f"max_steps must be positive or -1 (no limit), got {self.max_steps}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        for name, worker in self.workers().items():
+            flash_attn = worker.model_args.flash_attn
+            if flash_attn is not None and worker.model_args.attn_implementation is None:
+                warn(f"{name}.model_args.flash_attn ({flash_attn}) is ignored, as in ROLL; set "
+                     f"{name}.model_args.attn_implementation: {flash_attn} to choose the attention kernel")
+        return self
+
+    def workers(self) -> dict[str, WorkerConfig]:
+        """The worker sections by YAML name."""
+        return {name: getattr(self, name) for name in ("actor_train", "actor_infer", "critic", "reference")}
+
+
+class AgenticConfig(PipelineConfig):
+    """Multi-turn agentic RL in text environments (ROLL's ``AgenticConfig``)."""
+
+    pipeline_type: Literal["agentic"] = "agentic"
+    custom_envs: dict[str, CustomEnvConfig] = Field(default_factory=dict, description="Env presets by tag.")
+    train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
+    val_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
+    reward_normalization: RewardNormalizationConfig = Field(default_factory=RewardNormalizationConfig)
+    episode_reward_weight: float = Field(1.0, description="GiGPO: weight of the episode-level advantage.")
+    step_reward_weight: float = Field(1.0, description="GiGPO: weight of the step-level advantage.")
+    step_reward_gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount of per-step env rewards.")
+    ratio_type: Literal["token", "segment"] = "token"
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = Field(
+        "copy", description="How a batch with a wrong number of samples is fixed up."
+    )
+
+    def env_managers(self) -> dict[str, EnvManagerConfig]:
+        return {"train_env_manager": self.train_env_manager, "val_env_manager": self.val_env_manager}
+
+    @model_validator(mode="after")
+    def _check_agentic(self):
+        problems: list[str] = []
+        for path, manager in self.env_managers().items():
+            problems += manager.partition_problems(path)
+        group_size = self.train_env_manager.group_size
+        if self.rollout_batch_size % group_size:
+            problems.append(
+                f"rollout_batch_size ({self.rollout_batch_size}) is not a multiple of "
+                f"train_env_manager.group_size ({group_size}); a batch is made of complete groups"
+            )
+        limit = self.effective_sequence_length
+        for tag, env in self.custom_envs.items():
+            if limit is not None and env.max_tokens_per_step is not None and env.max_tokens_per_step > limit:
+                problems.append(
+                    f"custom_envs.{tag}.max_tokens_per_step ({env.max_tokens_per_step}) exceeds the "
+                    f"sequence length ({limit}); one turn could never fit into a sample"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._agentic_warnings()
+        return self
+
+    def _agentic_warnings(self) -> None:
+        val = self.val_env_manager
+        if val.group_size != 1:
+            warn(f"val_env_manager.group_size is {val.group_size}; 1 is recommended: validation samples "
+                 "greedily, so every env of a group would produce the same trajectory")
+        if "val_batch_size" in self.model_fields_set and self.val_batch_size > 0 and self.val_batch_size % val.num_envs:
+            warn(f"val_batch_size ({self.val_batch_size}) is not a multiple of the {val.num_envs} validation "
+                 "envs, so some envs run one episode more than others")
+        if self.actor_infer.generating_args.num_return_sequences != 1:
+            warn("actor_infer.generating_args.num_return_sequences is ignored by the agentic pipeline "
+                 "(set to 1); groups come from train_env_manager.group_size")
+
+
+class RLVRConfig(PipelineConfig):
+    """RL with verifiable rewards on prompt datasets (ROLL's ``RLVRConfig``)."""
+
+    pipeline_type: Literal["rlvr"] = "rlvr"
+    num_return_sequences_in_group: int = Field(1, ge=1, description="Responses per prompt (the group size).")
+    rewards: dict[str, RewardConfig] = Field(default_factory=dict, description="Reward settings per data domain.")
+    validation: ValidationConfig | None = None
+    rl_loss_coef: float = 1.0
+    importance_sampling: Literal["token", "seq"] = Field("token", description="seq: GSPO's sequence ratio.")
+    max_len_mask: bool = Field(False, description="Do not train on responses cut at the length limit.")
+    mask_type: Literal["all", "loss"] = "loss"
+    difficulty_mask: bool = Field(False, description="Train only on prompts of intermediate difficulty.")
+    difficulty_low_threshold: float = 0.0
+    difficulty_high_threshold: float = 1.0
+    error_max_len_clip: bool = False
+    error_max_len_threshold: int = 9999999999
+    difficulty_loss_weight: bool = False
+    length_loss_weight: bool = False
+    balance_length: bool = False
+    minibatch_data_iter_num: int = Field(1, ge=1)
+    val_greedy: bool = False
+    val_n_sample: int = Field(1, ge=1)
+    global_template: str | None = None
+    dataset_filter: DatasetFilterConfig = Field(default_factory=DatasetFilterConfig)
+    reward_model: WorkerConfig | None = None
+    save_logging_board_dir: str | None = compat(None)
+    vlm_filter: VLMFilterConfig = compat(VLMFilterConfig())
+    postive_loss_coef: float = compat(0.0)
+    use_topr_neg_loss_coef: float = compat(0.0)
+    use_policy_loss_type: Literal["PPO", "PG"] = compat("PPO")
+    use_topr_loss: bool = compat(False)
+
+    @model_validator(mode="after")
+    def _check_rlvr(self):
+        problems: list[str] = []
+        length = self.effective_sequence_length
+        if length is not None and self.prompt_length is not None and length <= self.prompt_length:
+            problems.append(
+                f"sequence_length ({length}) leaves no room for a response after prompt_length "
+                f"({self.prompt_length})"
+            )
+        if self.difficulty_low_threshold > self.difficulty_high_threshold:
+            problems.append(
+                f"difficulty_low_threshold ({self.difficulty_low_threshold}) is above "
+                f"difficulty_high_threshold ({self.difficulty_high_threshold})"
+            )
+        data_args = self.actor_train.data_args
+        probs = (data_args.domain_interleave_probs if data_args else None) or {}
+        for domain in probs:
+            if self.rewards and domain not in self.rewards:
+                problems.append(
+                    f"actor_train.data_args.domain_interleave_probs names domain {domain!r}, which has no "
+                    f"entry in rewards (domains: {', '.join(self.rewards)}).{did_you_mean(domain, self.rewards)}"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        infer_n = self.actor_infer.generating_args.num_return_sequences
+        if "num_return_sequences" in self.actor_infer.generating_args.model_fields_set and (
+            infer_n != self.num_return_sequences_in_group
+        ):
+            warn(f"actor_infer.generating_args.num_return_sequences ({infer_n}) is replaced by "
+                 f"num_return_sequences_in_group ({self.num_return_sequences_in_group})")
+        return self
+
+
+#: pipeline_type -> config class
+PIPELINES: dict[str, type[PipelineConfig]] = {"agentic": AgenticConfig, "rlvr": RLVRConfig}
+#: what a config with no pipeline-specific key is
+DEFAULT_PIPELINE = "agentic"
+
+
+def pipeline_keys(pipeline_type: str) -> set[str]:
+    """Top-level keys only ``pipeline_type`` configs have (they identify it)."""
+    return set(PIPELINES[pipeline_type].model_fields) - set(PipelineConfig.model_fields)
+
+
+def all_top_level_keys() -> set[str]:
+    return set().union(*(cls.model_fields for cls in PIPELINES.values()))
+
+
+def pipeline_class(data: Mapping[str, Any]) -> type[PipelineConfig]:
+    """The config class for ``data``: its ``pipeline_type``, else the one its keys belong to."""
+    explicit = data.get("pipeline_type")
+    if explicit is not None:
+        if explicit not in PIPELINES:
+            raise ConfigError(
+                f"pipeline_type must be one of {', '.join(PIPELINES)}, got {explicit!r}."
+                f"{did_you_mean(str(explicit), PIPELINES)}"
+            )
+        return PIPELINES[explicit]
+    found = {name: sorted(pipeline_keys(name) & set(data)) for name in PIPELINES}
+    found = {name: keys for name, keys in found.items() if keys}
+    if len(found) > 1:
+        listed = " and ".join(f"{name} keys ({', '.join(keys)})" for name, keys in found.items())
+        raise ConfigError(
+            f"The config mixes {listed}; a run is either agentic or RLVR. Remove the keys of the other "
+            "pipeline, or set pipeline_type to say which one is meant."
+        )
+    return PIPELINES[next(iter(found), DEFAULT_PIPELINE)]
+
+
+def validate_config(data: Mapping[str, Any], *, source: str | None = None) -> PipelineConfig:
+    """Validate plain config data (no interpolation left) into an :class:`AgenticConfig` / :class:`RLVRConfig`.
+
+    Raises :class:`ConfigError` naming the YAML path of every problem.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(problems_message([f"the top level must be a mapping, got {type(data).__name__}"],
+                                           source))
+    cls = pipeline_class(data)
+    try:
+        return cls.model_validate(dict(data))
+    except ValidationError as exc:
+        raise config_error(exc, cls, source=source, extra_hint=_other_pipeline_hint(cls)) from None
+
+
+def _other_pipeline_hint(cls: type[PipelineConfig]):
+    def hint(path: tuple[str | int, ...], key: str) -> str:
+        if path:
+            return ""
+        for name, other in PIPELINES.items():
+            if other is not cls and key in other.model_fields:
+                return f" ({key!r} is a key of {name} configs, and this one is {cls.model_fields['pipeline_type'].default})"
+        return ""
+    return hint

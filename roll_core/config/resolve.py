@@ -1,0 +1,284 @@
+"""From a validated config to the frozen, effective config a run uses and saves.
+
+:func:`resolve` is the only step that looks at installed plugins. It
+
+* checks every plugin name the run will use against the registry, with the YAML path as the
+  config key (``adv_estimator``, ``actor_train.pg_variant``, the ``strategy_name`` of each worker
+  the run builds, ``custom_envs.<tag>.env_type`` or a tag of an env manager, RLVR reward
+  functions), and rewrites tags to the registered names;
+* validates each ``env_config`` of an env the run uses against that env's ``config_model``
+  (registration ``defaults`` first, the YAML on top, as :mod:`roll_core.envs.factory` builds envs),
+  importing only those env classes;
+* fills what ROLL derives at start-up, so the saved YAML shows what actually ran: model paths from
+  ``pretrain``, default strategies (roll's built-in ``hf_train`` / ``hf_infer``), the effective
+  ``sequence_length``, env-group partitions, ``enable_reference`` when a KL term is on,
+  ``enable_old_logprobs_recompute`` for step-wise estimators, RLVR's sampling settings.
+
+The dp-size dependent switch of ``enable_old_logprobs_recompute`` (more than one backward step per
+rank) needs the placement, so the pipeline applies it at run time.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from roll_core.config.errors import ConfigWarning, config_error, warn
+from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
+from roll_core.errors import ConfigError, PluginError, UnknownComponentError, close_matches
+from roll_core.registry import Registration, Registry
+
+#: strategy of a worker whose YAML has no strategy_args (roll's built-in torch/transformers backend)
+DEFAULT_STRATEGIES: dict[str, str] = {
+    "actor_train": "hf_train",
+    "actor_infer": "hf_infer",
+    "critic": "hf_train",
+    "reference": "hf_train",
+}
+#: the ``role`` option a worker's strategy registration must carry
+WORKER_ROLES: dict[str, str] = {"actor_train": "train", "actor_infer": "infer", "critic": "train"}
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A config whose plugin names are checked and whose derived values are filled in.
+
+    ``components`` maps each YAML path that selects a plugin to ``(kind, registered name)``;
+    ``env_configs`` holds the validated env config of each env tag the run uses (agentic).
+    Everything here pickles, so it can be shipped to Ray workers, which rebuild their own registry.
+    """
+
+    config: PipelineConfig
+    components: dict[str, tuple[str, str]] = field(default_factory=dict)
+    env_configs: dict[str, BaseModel] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def pipeline_type(self) -> str:
+        return self.config.pipeline_type
+
+    def registration(self, path: str, registry: Registry | None = None) -> Registration:
+        """The registration selected at YAML ``path`` (e.g. ``"adv_estimator"``)."""
+        kind, name = self.components[path]
+        return _registry(registry).get(kind, name, config_key=path)
+
+    def to_yaml(self) -> str:
+        return dump_config(self.config)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the resolved YAML (what ``roll run`` saves with a run); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_yaml())
+        return path
+
+
+def resolve(config: PipelineConfig, *, registry: Registry | None = None) -> ResolvedConfig:
+    """Check ``config`` against the installed plugins and fill in its derived values."""
+    return _Resolver(config, _registry(registry)).run()
+
+
+def dump_config(config: PipelineConfig) -> str:
+    """The config as YAML that :func:`roll_core.config.load_config` reads back to an equal config."""
+    return yaml.dump(config.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                     width=110)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML with multi-line strings (prompt templates) as readable ``|`` blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value and not value.endswith((" ", "\t")) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
+def _registry(registry: Registry | None) -> Registry:
+    if registry is not None:
+        return registry
+    from roll_core.plugins import get_registry
+
+    return get_registry()
+
+
+class _Resolver:
+    """One resolution: edits a plain copy of the config, then validates it once more."""
+
+    def __init__(self, config: PipelineConfig, registry: Registry):
+        self.config = config
+        self.registry = registry
+        self.data: dict[str, Any] = copy.deepcopy(config.model_dump())
+        self.components: dict[str, tuple[str, str]] = {}
+        self.env_configs: dict[str, BaseModel] = {}
+        self.warnings: list[str] = []
+
+    def run(self) -> ResolvedConfig:
+        c, d = self.config, self.data
+        if not (c.pretrain or c.actor_train.model_args.model_name_or_path):
+            raise ConfigError("pretrain is not set: name the policy model (a Hugging Face id or a local path) "
+                              "with `pretrain: ...` or override it with pretrain=PATH.")
+        d["sequence_length"] = c.effective_sequence_length
+        d["val_prompt_length"] = c.val_prompt_length or c.prompt_length
+        d["val_sequence_length"] = c.val_sequence_length or d["sequence_length"]
+
+        estimator = self.lookup("advantage_estimator", c.adv_estimator, "adv_estimator")
+        d["adv_estimator"] = estimator.name
+        loss = self.lookup("policy_loss", c.actor_train.pg_variant, "actor_train.pg_variant")
+        d["actor_train"]["pg_variant"] = loss.name
+
+        d["enable_reference"] = c.enable_reference or c.use_kl_loss or c.init_kl_coef > 0
+        step_wise = estimator.options.get("granularity") == "step"
+        d["enable_old_logprobs_recompute"] = not c.force_disable_old_logprobs_recompute and (
+            c.enable_old_logprobs_recompute or step_wise or c.init_kl_coef > 0
+        )
+        needs_critic = bool(estimator.options.get("needs_critic"))
+        used = ["actor_train", "actor_infer"] + ["critic"] * needs_critic + ["reference"] * d["enable_reference"]
+        self.fill_models(needs_critic)
+        for worker in used:
+            self.strategy(worker)
+
+        if isinstance(c, AgenticConfig):
+            self.agentic(c)
+        elif isinstance(c, RLVRConfig):
+            self.rlvr(c)
+        return ResolvedConfig(config=self.validated(), components=self.components,
+                              env_configs=self.env_configs, warnings=tuple(self.warnings))
+
+    # -- helpers ------------------------------------------------------------------------------
+    def lookup(self, kind: str, name: str, path: str) -> Registration:
+        reg = self.registry.get(kind, name, config_key=path)
+        self.components[path] = (kind, reg.name)
+        return reg
+
+    def note(self, message: str) -> None:
+        self.warnings.append(message)
+        warn(message)
+
+    def validated(self) -> PipelineConfig:
+        cls = type(self.config)
+        try:
+            with warnings.catch_warnings():  # the user saw validation's warnings already
+                warnings.simplefilter("ignore", ConfigWarning)
+                return cls.model_validate(self.data)
+        except ValidationError as exc:
+            raise config_error(exc, cls, source="(after resolving plugins)") from None
+
+    def fill_models(self, needs_critic: bool) -> None:
+        c, d = self.config, self.data
+        for worker in ("actor_train", "actor_infer", "reference"):
+            if d[worker]["model_args"]["model_name_or_path"] is None:
+                d[worker]["model_args"]["model_name_or_path"] = c.pretrain
+        if d["critic"]["model_args"]["model_name_or_path"] is None:
+            d["critic"]["model_args"]["model_name_or_path"] = c.reward_pretrain
+        if needs_critic and d["critic"]["model_args"]["model_name_or_path"] is None:
+            raise ConfigError(
+                f"adv_estimator {c.adv_estimator!r} trains a critic, but no critic model is set: set "
+                "reward_pretrain (or critic.model_args.model_name_or_path) to the model the value head starts from."
+            )
+
+    def strategy(self, worker: str) -> None:
+        args = self.data[worker]["strategy_args"] or {"strategy_name": DEFAULT_STRATEGIES[worker],
+                                                      "strategy_config": {}}
+        path = f"{worker}.strategy_args.strategy_name"
+        reg = self.lookup("strategy", args["strategy_name"], path)
+        role, wanted = reg.options.get("role"), WORKER_ROLES.get(worker)
+        if wanted and role and role != wanted:
+            fitting = [r.name for r in self.registry.all("strategy") if r.options.get("role") == wanted]
+            raise ConfigError(
+                f"{path} is {args['strategy_name']!r}, {_a(role)} strategy, but {worker} needs {_a(wanted)} strategy "
+                f"(installed: {', '.join(fitting) or 'none'})."
+            )
+        self.data[worker]["strategy_args"] = {**args, "strategy_name": reg.name}
+
+    # -- agentic ------------------------------------------------------------------------------
+    def agentic(self, c: AgenticConfig) -> None:
+        d = self.data
+        d["actor_infer"]["generating_args"]["num_return_sequences"] = 1
+        for path, manager in c.env_managers().items():
+            d[path]["num_groups_partition"] = list(manager.partition().values())
+            if manager.max_env_num_per_worker == 0:
+                d[path]["max_env_num_per_worker"] = manager.num_envs
+        for path, manager in c.env_managers().items():
+            for i, tag in enumerate(manager.tags):
+                if tag not in self.env_configs:
+                    self.env(c, tag, f"{path}.tags[{i}]")
+
+    def env(self, c: AgenticConfig, tag: str, tag_path: str) -> None:
+        entry = c.custom_envs.get(tag)
+        if entry is not None:
+            type_path = f"custom_envs.{tag}.env_type"
+            reg = self.lookup("env", entry.env_type, type_path)
+        else:
+            type_path = tag_path
+            reg = self.env_by_tag(c, tag, tag_path)
+        cls = reg.load()
+        model = getattr(cls, "config_model", None)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
+                              "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
+        defaults = dict(reg.options.get("defaults") or {})
+        values = entry.merged_env_config(defaults) if entry is not None else defaults
+        try:
+            env_config = model.model_validate(values)
+        except ValidationError as exc:
+            raise config_error(exc, model, prefix=("custom_envs", tag, "env_config"),
+                               source=f"(env {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
+        self.env_configs[tag] = env_config
+        base = self.data["custom_envs"].get(tag) or {"env_type": reg.name}
+        self.data["custom_envs"][tag] = {**base, "env_type": reg.name,
+                                         "env_config": env_config.model_dump(mode="json")}
+        self.components[type_path] = ("env", reg.name)
+
+    def env_by_tag(self, c: AgenticConfig, tag: str, tag_path: str) -> Registration:
+        try:
+            return self.lookup("env", tag, tag_path)
+        except UnknownComponentError as exc:
+            near = close_matches(tag, c.custom_envs)
+            defined = ", ".join(c.custom_envs) or "none"
+            hint = f" Did you mean the custom_envs entry {' or '.join(map(repr, near))}?" if near else ""
+            raise ConfigError(
+                f"{tag_path} is {tag!r}, which is neither a custom_envs entry (defined: {defined}) nor a "
+                f"registered env name or tag.{hint} {exc}"
+            ) from None
+
+    # -- RLVR ---------------------------------------------------------------------------------
+    def rlvr(self, c: RLVRConfig) -> None:
+        d = self.data
+        if not c.rewards:
+            raise ConfigError("rewards is empty: an RLVR config needs at least one reward domain, e.g. "
+                              "`rewards: {math_rule: {tag_included: [...]}}` (see `roll plugins list` for "
+                              "installed reward functions).")
+        n = c.num_return_sequences_in_group
+        generating = d["actor_infer"]["generating_args"]
+        generating["num_return_sequences"] = n
+        new_tokens = d["sequence_length"] - (c.prompt_length or 0)
+        if "max_new_tokens" in c.actor_infer.generating_args.model_fields_set and (
+            generating["max_new_tokens"] != new_tokens
+        ):
+            self.note(f"actor_infer.generating_args.max_new_tokens ({generating['max_new_tokens']}) is replaced "
+                      f"by sequence_length - prompt_length ({new_tokens}), as in ROLL")
+        generating["max_new_tokens"] = new_tokens
+        if c.validation is not None:
+            d["validation"]["generating_args"]["max_new_tokens"] = d["val_sequence_length"] - d["val_prompt_length"]
+        if c.async_generation_ratio > 0 and n > 1 and not c.is_num_return_sequences_expand:
+            d["is_num_return_sequences_expand"] = True
+            self.note("is_num_return_sequences_expand is switched on: asynchronous RLVR generates each of the "
+                      f"{n} responses of a prompt as its own request")
+        for domain, reward in c.rewards.items():
+            path = f"rewards.{domain}.reward_type" if reward.reward_type else f"rewards.{domain}"
+            reg = self.lookup("reward", reward.reward_type or domain, path)
+            d["rewards"][domain]["reward_type"] = reg.name
+

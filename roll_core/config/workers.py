@@ -1,0 +1,232 @@
+"""Worker sections: ``actor_train``, ``actor_infer``, ``critic``, ``reference`` (and RLVR's rewards).
+
+Field names and defaults are ROLL's (``roll/configs/worker_config.py``, ``model_args.py``,
+``data_args.py``, ``generating_args``); ``training_args`` carries the Hugging Face
+``TrainingArguments`` fields that RL configs use. Where roll decides differently (the
+``pg_variant`` hyper-parameters are real fields; ``pg_variant`` defaults to ``ppo``) the field
+description says so.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from roll_core.config.base import FreeDict, NoneStr, RollModel, compat
+from roll_core.config.device_mapping import parse_device_mapping
+
+
+class ModelArgs(RollModel):
+    """Which weights to load and how (``model_args``)."""
+
+    model_name_or_path: str | None = Field(
+        None, description="HF id or local path; defaults to `pretrain` (critic: `reward_pretrain`)."
+    )
+    adapter_name_or_path: str | None = None
+    attn_implementation: Annotated[
+        Literal["sdpa", "fa2", "flash_attention_2", "eager", "auto"] | None, NoneStr
+    ] = Field(None, description="Attention kernel; `fa2` is flash-attention 2. None: the model's default.")
+    dtype: Literal["fp32", "bf16", "fp16"] | None = Field("bf16", description="Parameter dtype.")
+    disable_gradient_checkpointing: bool = False
+    gradient_checkpointing_use_reentrant: bool | None = None
+    model_type: str | None = Field(None, description="Model head type (e.g. causal_lm, trl for a value head).")
+    num_labels: int = Field(1, ge=1)
+    model_config_kwargs: FreeDict = Field(default_factory=dict, description="Extra kwargs for the HF config.")
+    freeze_module_prefix: str | None = None
+    moe_aux_loss_coef: float | None = None
+    ulysses_size: int = Field(1, ge=1)
+    lora_target: str | None = None
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: int | None = None
+    lora_dropout: float = Field(0.0, ge=0.0, le=1.0)
+    additional_target: str | None = None
+    autocast_adapter_dtype: bool = True
+    device_map: str | None = compat("balanced")
+    vision_dp: bool = compat(False)
+    flash_attn: str | None = compat(None, "ROLL ignores it too (several ROLL examples carry it); use "
+                                          "attn_implementation.")
+
+
+class TrainingArgs(RollModel):
+    """Optimiser and schedule (``training_args``): the Hugging Face TrainingArguments names."""
+
+    learning_rate: float = Field(5e-5, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(1e-8, gt=0.0)
+    max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
+    per_device_train_batch_size: int = Field(8, ge=1)
+    per_device_eval_batch_size: int = Field(8, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    num_train_epochs: float = Field(3.0, ge=0.0)
+    max_steps: int = Field(-1, description="Optimiser steps; -1: derived from the pipeline's max_steps.")
+    lr_scheduler_type: str = Field("linear", description="A transformers SchedulerType name.")
+    lr_scheduler_kwargs: FreeDict = Field(default_factory=dict)
+    warmup_steps: int | float = Field(0, ge=0)
+    warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    optim: str = "adamw_torch"
+    seed: int = 42
+    data_seed: int | None = None
+    bf16: bool = False
+    fp16: bool = False
+    gradient_checkpointing: bool = False
+    dataloader_num_workers: int = Field(0, ge=0)
+    output_dir: str | None = compat(None, "ROLL copies the top-level output_dir here.")
+    logging_steps: int | float = compat(500)
+    save_steps: int | float = compat(500)
+
+
+class GeneratingArgs(RollModel):
+    """Sampling settings of a generating worker (``generating_args``)."""
+
+    max_new_tokens: int | None = Field(1024, ge=1)
+    max_length: int | None = Field(1024, ge=1)
+    temperature: float = Field(0.95, ge=0.0)
+    top_p: float = Field(0.7, gt=0.0, le=1.0)
+    top_k: int = Field(50, ge=-1, description="0 or -1: no top-k filtering.")
+    do_sample: bool = True
+    num_beams: int = Field(1, ge=1)
+    num_return_sequences: int = Field(1, ge=1)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    length_penalty: float = 1.0
+    stop_strings: list[str] | None = None
+    include_stop_str_in_output: bool | None = None
+    logprobs: int | None = None
+
+
+class DataArgs(RollModel):
+    """Dataset and prompt template (``data_args``)."""
+
+    template: str | None = Field("native", description="Chat template name used to build prompts.")
+    file_name: str | list[str] | None = Field(None, description="Training data file(s), JSON lines.")
+    eval_file_name: str | list[str] | None = None
+    domain_interleave_probs: dict[str, float] | None = Field(
+        None, description="Sampling probability of each RLVR domain in a batch."
+    )
+    dataset_type: str | list[str] | None = "json"
+    preprocessing_num_workers: int | None = None
+    cache_path: str | None = None
+    tag: str | None = Field("tag", description="Column holding the domain tag.")
+    id: str | None = Field("id", description="Column holding the sample id.")
+    prompt: str | None = Field(None, description="Column holding the prompt (exclusive with messages).")
+    response: str | None = Field("solution", description="Column holding the reference answer.")
+    messages: str | None = Field(None, description="Column holding chat messages (exclusive with prompt).")
+    dataset_dir: str | None = compat(None)
+    interleave_probs: str | float | list[float] | None = compat(None)
+
+    @field_validator("domain_interleave_probs")
+    @classmethod
+    def _non_negative(cls, probs):
+        if probs and any(p < 0 for p in probs.values()):
+            raise ValueError(f"domain_interleave_probs must not be negative, got {probs}")
+        return probs
+
+    @model_validator(mode="after")
+    def _prompt_or_messages(self):
+        if self.prompt is not None and self.messages is not None:
+            raise ValueError("set either data_args.prompt or data_args.messages, not both")
+        return self
+
+
+class StrategyArgs(RollModel):
+    """The backend of a worker; ``strategy_config`` is checked by that strategy plugin."""
+
+    strategy_name: str = Field(description="A registered strategy (`roll plugins list`).")
+    strategy_config: FreeDict = Field(default_factory=dict, description="Backend-specific settings.")
+
+
+class SequencePackingArgs(RollModel):
+    """ROLL's megatron sequence packing settings (accepted for compatibility)."""
+
+    algorithm: str = "none"
+    max_packed_sequence_length_forward: int | None = None
+    max_packed_sequence_length_train: int | None = None
+    min_num_micro_batches_forward: int = 1
+    min_num_micro_batches_train: int = 1
+
+
+DeviceMapping = Annotated[list[int] | None, BeforeValidator(parse_device_mapping)]
+
+
+class WorkerConfig(RollModel):
+    """One cluster of workers sharing a model: what it loads, how it runs, where it is placed."""
+
+    model_args: ModelArgs = Field(default_factory=ModelArgs)
+    training_args: TrainingArgs = Field(default_factory=TrainingArgs)
+    generating_args: GeneratingArgs | None = None
+    data_args: DataArgs | None = None
+    strategy_args: StrategyArgs | None = Field(
+        None, description="Backend; unset means roll's built-in torch/transformers strategy for the role."
+    )
+    device_mapping: DeviceMapping = Field(
+        None, description="Device ids (a list or 'list(range(a,b))'); unset: CPU only."
+    )
+    num_gpus_per_worker: int = Field(1, ge=1)
+    world_size: int | None = Field(None, ge=1, description="Number of workers; derived from device_mapping.")
+    infer_batch_size: int = Field(16, ge=1, description="Micro-batch size of forward-only passes.")
+    system_envs: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workers.")
+    apply_loss_scale: bool = Field(
+        True, description="Scale micro-batch losses so gradients equal those of the whole global batch."
+    )
+    name: str | None = compat(None, "ROLL sets it from the section name.")
+    worker_cls: str | None = compat(None, "roll picks worker classes itself.")
+    model_update_frequency: int = compat(1)
+    backend_timeout: int = compat(30)
+    max_concurrency: int = compat(1)
+    use_dynamic_batching_in_train: bool = compat(False)
+    max_tokens_per_microbatch_in_train: int = compat(0)
+    sequence_length_round_in_train: int = compat(4)
+    use_dynamic_batching_in_infer: bool = compat(False)
+    max_tokens_per_microbatch_in_infer: int | None = compat(None)
+    sequence_length_round_in_infer: int = compat(4)
+    offload_nccl: bool = compat(False)
+    use_sequence_packing: bool = compat(False)
+    sequence_packing_args: SequencePackingArgs = compat(SequencePackingArgs())
+    logits_in_fp32: bool = compat(True)
+    checkpoint_config: dict[str, Any] | None = compat(None, "ROLL copies the top-level checkpoint_config.")
+
+    @model_validator(mode="after")
+    def _devices_split_into_workers(self):
+        if self.device_mapping is not None and len(self.device_mapping) % self.num_gpus_per_worker:
+            raise ValueError(
+                f"device_mapping has {len(self.device_mapping)} devices, which does not split into workers "
+                f"of num_gpus_per_worker={self.num_gpus_per_worker}"
+            )
+        return self
+
+
+class PolicyLossArgs(RollModel):
+    """Hyper-parameters of the policy-gradient variants (real, validated fields in roll)."""
+
+    pg_variant: str = Field(
+        "ppo", description="A registered policy loss: ppo, vanilla, tis, topr, cispo, kimi15, ..."
+    )
+    tis_lower_bound: float = Field(0.0, ge=0.0, description="tis: lower clip of the importance ratio.")
+    tis_upper_bound: float = Field(1.0, gt=0.0, description="tis: upper clip of the importance ratio.")
+    cispo_epsilon_low: float = Field(0.1, ge=0.0, description="cispo: ratio clip below 1.")
+    cispo_epsilon_high: float = Field(0.1, ge=0.0, description="cispo: ratio clip above 1.")
+    cispo_use_unified_mask: bool = Field(False, description="cispo: zero tokens PPO would clip.")
+    kimi15_tau: float = Field(0.1, ge=0.0, description="kimi15: weight of the squared log-ratio term.")
+    topr_positive_weight: float = Field(1.0, ge=0.0, description="topr: weight of positive samples.")
+    topr_negative_weight: float = Field(1.0, ge=0.0, description="topr: weight of negative samples.")
+    dual_clip_c: float = Field(3.0, gt=1.0, description="Dual-clip bound c (used when dual_clip_loss).")
+
+    @model_validator(mode="after")
+    def _tis_bounds_ordered(self):
+        if self.tis_lower_bound > self.tis_upper_bound:
+            raise ValueError(
+                f"tis_lower_bound ({self.tis_lower_bound}) is above tis_upper_bound ({self.tis_upper_bound})"
+            )
+        return self
+
+
+class ActorTrainConfig(PolicyLossArgs, WorkerConfig):
+    """``actor_train``: the policy being trained, with its loss settings."""
+
+
+class ActorInferConfig(WorkerConfig):
+    """``actor_infer``: the policy generating rollouts; it always has sampling settings."""
+
+    generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs)

@@ -1,0 +1,183 @@
+"""Resolving configs against plugins: names, env configs, derived values, the saved YAML."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from roll_core.config import ConfigWarning, ResolvedConfig, load_config, resolve, validate_config
+from roll_core.errors import ConfigError, PluginError, UnknownComponentError
+from roll_core.plugins import PluginManager
+
+LAYOUT = "roll_layout/qwen2.5-0.5B-agentic/agent_val_sokoban.yaml"
+
+
+def agentic(**extra):
+    data = {"sequence_length": 1024, "pretrain": "tiny", "adv_estimator": "grpo", "rollout_batch_size": 8,
+            "train_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 2, "group_size": 4},
+            "val_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 2}}
+    data.update(extra)
+    return validate_config(data)
+
+
+def test_composed_roll_example_resolves(fixtures, roll_registry):
+    resolved = resolve(load_config(fixtures / LAYOUT), registry=roll_registry)
+    config = resolved.config
+    assert resolved.components == {
+        "adv_estimator": ("advantage_estimator", "grpo"),
+        "actor_train.pg_variant": ("policy_loss", "ppo"),
+        "actor_train.strategy_args.strategy_name": ("strategy", "deepspeed_train"),
+        "actor_infer.strategy_args.strategy_name": ("strategy", "vllm"),
+        "custom_envs.SimpleSokoban.env_type": ("env", "sokoban"),
+        "custom_envs.FrozenLake.env_type": ("env", "frozen_lake"),
+    }
+    sokoban = resolved.env_configs["SimpleSokoban"]
+    assert type(sokoban).__name__ == "BoxConfig"
+    assert sokoban.dim_room == (6, 6) and sokoban.max_steps == 5  # YAML beats registration defaults
+    assert sokoban.format_penalty == -0.15 and sokoban.search_depth == 30  # env model default filled
+    assert config.custom_envs["SimpleSokoban"].env_config["search_depth"] == 30  # and saved with the run
+    assert config.val_env_manager.num_groups_partition == [32, 32]  # equal split made explicit
+    assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert config.enable_reference is False and config.enable_old_logprobs_recompute is False
+    assert resolved.pipeline_type == "agentic"
+
+
+def test_docs_example_resolves_envs_by_tag_with_registration_defaults(fixtures, roll_registry):
+    resolved = resolve(load_config(fixtures / "frozen_lake_async_with_env_managers.yaml"), registry=roll_registry)
+    assert resolved.components["val_env_manager.tags[1]"] == ("env", "larger_sokoban")
+    assert resolved.env_configs["LargerSokoban"].dim_room == (10, 10)  # the tag's preset
+    assert resolved.env_configs["LargerSokoban"].num_boxes == 2
+    assert resolved.env_configs["SimpleSokoban"].dim_room == (5, 5)
+    # a tag without a custom_envs entry becomes one, under its registered name
+    assert resolved.config.custom_envs["FrozenLake"].env_type == "frozen_lake"
+    assert resolved.config.train_env_manager.max_env_num_per_worker == 16  # kept when set
+
+
+def test_derived_values_are_filled(roll_registry):
+    resolved = resolve(agentic(init_kl_coef=0.1), registry=roll_registry)
+    config = resolved.config
+    assert config.enable_reference is True and config.enable_old_logprobs_recompute is True
+    assert config.actor_train.strategy_args.strategy_name == "hf_train"  # roll's built-in default
+    assert config.actor_infer.strategy_args.strategy_name == "hf_infer"
+    assert config.reference.strategy_args.strategy_name == "hf_train"  # reference is used now
+    assert config.critic.strategy_args is None  # grpo builds no critic, nothing checked or filled
+    assert config.reference.model_args.model_name_or_path == "tiny"
+    assert config.train_env_manager.max_env_num_per_worker == 8  # 0 means all envs in one worker
+
+
+@pytest.mark.parametrize("extra, recompute", [
+    ({"adv_estimator": "gigpo"}, True),  # a step-wise estimator needs recomputed old log-probs
+    ({"adv_estimator": "gigpo", "force_disable_old_logprobs_recompute": True}, False),
+    ({"enable_old_logprobs_recompute": True}, True),
+])
+def test_old_logprob_recompute_switch(roll_registry, extra, recompute):
+    assert resolve(agentic(**extra), registry=roll_registry).config.enable_old_logprobs_recompute is recompute
+
+
+def test_critic_estimator_needs_a_critic_model(roll_registry):
+    with pytest.raises(ConfigError, match=r"adv_estimator 'gae' trains a critic.*reward_pretrain"):
+        resolve(agentic(adv_estimator="gae"), registry=roll_registry)
+    config = resolve(agentic(adv_estimator="gae", reward_pretrain="rm"), registry=roll_registry).config
+    assert config.critic.model_args.model_name_or_path == "rm"
+    assert config.critic.strategy_args.strategy_name == "hf_train"
+
+
+@pytest.mark.parametrize("extra, path, suggestion", [
+    ({"adv_estimator": "grpoo"}, "adv_estimator", "grpo"),
+    ({"actor_train": {"pg_variant": "tsi"}}, "actor_train.pg_variant", "tis"),
+    ({"actor_infer": {"strategy_args": {"strategy_name": "vlm"}}}, "actor_infer.strategy_args.strategy_name",
+     "vllm"),
+    ({"custom_envs": {"FrozenLake": {"env_type": "frozen_lak"}}}, "custom_envs.FrozenLake.env_type",
+     "frozen_lake"),
+])
+def test_unknown_plugin_names_give_path_and_suggestion(roll_registry, extra, path, suggestion):
+    with pytest.raises(UnknownComponentError) as info:
+        resolve(agentic(**extra), registry=roll_registry)
+    message = str(info.value)
+    assert f"(at {path})" in message and f"Did you mean {suggestion!r}" in message and "\n" not in message
+
+
+def test_unknown_env_tag_suggests_custom_envs_entries(roll_registry):
+    config = agentic(train_env_manager={"tags": ["Gridd"], "num_env_groups": 2, "group_size": 4},
+                     custom_envs={"Grid": {"env_type": "frozen_lake"}})
+    with pytest.raises(ConfigError) as info:
+        resolve(config, registry=roll_registry)
+    message = str(info.value)
+    assert message.startswith("train_env_manager.tags[0] is 'Gridd', which is neither a custom_envs entry")
+    assert "Did you mean the custom_envs entry 'Grid'?" in message and "Installed envs" in message
+
+
+def test_env_config_is_validated_by_the_env_plugin(roll_registry):
+    config = agentic(custom_envs={"FrozenLake": {"env_type": "FrozenLake", "env_config": {"is_slipery": True}}})
+    with pytest.raises(ConfigError) as info:
+        resolve(config, registry=roll_registry)
+    message = str(info.value)
+    assert "custom_envs.FrozenLake.env_config.is_slipery: unknown key. Did you mean 'is_slippery'?" in message
+    assert "roll plugins show frozen_lake" in message
+
+
+def test_strategy_of_the_wrong_role_is_rejected(roll_registry):
+    config = agentic(actor_infer={"strategy_args": {"strategy_name": "megatron_train"}})
+    with pytest.raises(ConfigError, match=r"actor_infer needs an infer strategy \(installed: .*vllm"):
+        resolve(config, registry=roll_registry)
+
+
+def test_env_without_config_model_is_a_plugin_error(roll_registry):
+    from roll_core.registry import Registration
+
+    roll_registry.add(Registration(kind="env", name="broken", target="cfgtest_plugin:estimate", plugin="x"))
+    with pytest.raises(PluginError, match="has no pydantic config_model"):
+        resolve(agentic(custom_envs={"FrozenLake": {"env_type": "broken"}}), registry=roll_registry)
+
+
+def test_rlvr_resolution(fixtures, roll_registry):
+    with pytest.raises(ConfigError, match="rewards is empty"):
+        resolve(load_config(fixtures / "rlvr_config_async.yaml"), registry=roll_registry)
+    config = load_config(fixtures / "rlvr_config_async.yaml", [
+        "is_num_return_sequences_expand=false", "sequence_length=6144", "+rewards.math_rule.tag_included=[math]"])
+    with pytest.warns(ConfigWarning) as caught:
+        resolved = resolve(config, registry=roll_registry)
+    assert resolved.components["rewards.math_rule"] == ("reward", "math_rule")
+    generating = resolved.config.actor_infer.generating_args
+    assert generating.max_new_tokens == 6144 - 2048 and generating.num_return_sequences == 8
+    assert resolved.config.is_num_return_sequences_expand is True  # async RLVR with groups needs it
+    assert {str(w.message).split(" ")[0] for w in caught} == {
+        "actor_infer.generating_args.max_new_tokens", "is_num_return_sequences_expand"}
+    assert len(resolved.warnings) == 2
+
+
+def test_saved_yaml_reloads_to_the_same_config(fixtures, roll_registry, tmp_path):
+    resolved = resolve(load_config(fixtures / LAYOUT), registry=roll_registry)
+    path = resolved.save(tmp_path / "run" / "config.yaml")
+    assert "agent_template: |" in path.read_text()  # templates stay readable
+    again = load_config(path)
+    assert again == resolved.config
+    assert resolve(again, registry=roll_registry).config == resolved.config  # resolving is idempotent
+
+
+def test_resolved_config_pickles_for_ray_workers(roll_registry):
+    resolved = resolve(agentic(), registry=roll_registry)
+    clone = pickle.loads(pickle.dumps(resolved))
+    assert isinstance(clone, ResolvedConfig) and clone.config == resolved.config
+    assert clone.env_configs == resolved.env_configs
+    assert clone.registration("adv_estimator", roll_registry).name == "grpo"
+
+
+def test_components_from_a_plugin_module_resolve():
+    registry = PluginManager(autoload=False, extra_modules=["cfgtest_plugin"]).registry
+    config = validate_config({
+        "sequence_length": 512, "pretrain": "tiny", "adv_estimator": "cfgtest_adv", "rollout_batch_size": 4,
+        "actor_train": {"pg_variant": "cfgtest_loss", "strategy_args": {"strategy_name": "cfgtest_train"}},
+        "actor_infer": {"strategy_args": {"strategy_name": "cfgtest_infer"}},
+        "train_env_manager": {"tags": ["CfgtestGrid"], "num_env_groups": 1, "group_size": 4},
+        "val_env_manager": {"tags": ["CfgtestGrid"], "num_env_groups": 1},
+    })
+    resolved = resolve(config, registry=registry)
+    assert resolved.components["train_env_manager.tags[0]"] == ("env", "cfgtest_grid")
+    assert resolved.env_configs["CfgtestGrid"].size == 4
+
+
+def test_missing_pretrain_is_reported(roll_registry):
+    with pytest.raises(ConfigError, match="pretrain is not set"):
+        resolve(validate_config({"sequence_length": 64}), registry=roll_registry)
