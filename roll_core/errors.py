@@ -34,10 +34,11 @@ class UnknownComponentError(RollError, KeyError):
 
 def close_matches(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """Case-insensitive "did you mean" candidates for ``word`` among ``choices``."""
-    choices = list(choices)
-    lowered = {c.lower(): c for c in choices}
+    lowered: dict[str, list[str]] = {}
+    for choice in dict.fromkeys(choices):  # case variants ("sokoban", "Sokoban") all stay candidates
+        lowered.setdefault(choice.lower(), []).append(choice)
     hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)
-    return [lowered[h] for h in hits]
+    return [original for hit in hits for original in lowered[hit]]
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

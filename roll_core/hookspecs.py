@@ -50,8 +50,9 @@ def roll_register_envs(register):
     :class:`roll_core.envs.TextEnv`. Options:
 
     ``defaults``
-        a mapping of ``env_config`` values used when a config selects the env by one of its tags
-        without a ``custom_envs`` entry (for example ROLL's ``SimpleSokoban`` preset).
+        a mapping of ``env_config`` values applied first whenever this registration is used;
+        a config's ``env_config`` overrides them. This is how one env class offers several
+        presets (ROLL's ``SimpleSokoban`` and ``LargerSokoban`` are two registrations of one class).
 
     Example::
 

@@ -151,6 +151,11 @@ class TextEnv(gym.Env, abc.ABC):
             raise NotImplementedError(f"{type(self).__name__} must implement valid_actions()")
         return list(dict.fromkeys(self.action_lookup))
 
+    def example_action(self) -> str:
+        """The action shown to the model as the answer format; free-form envs override it."""
+        actions = self.valid_actions()
+        return actions[0] if actions else "..."
+
     def sample_action(self, rng: np.random.Generator | None = None) -> str:
         """A random valid action, already formatted as a model response."""
         rng = rng or self.np_random

@@ -119,6 +119,10 @@ class WebShopEnv(TextEnv):
             return [f"search[{self.goal.request}]"]
         return [f"click[{element}]" for element in self._clickables()]
 
+    def example_action(self) -> str:
+        """A format example that fits every page, rather than this goal's own search query."""
+        return "search[keywords] or click[element]"
+
     def solve(self) -> list[str]:
         """The scripted oracle's remaining actions from here (``roll env play --policy scripted``)."""
         from roll_env_webshop.policies import oracle_plan

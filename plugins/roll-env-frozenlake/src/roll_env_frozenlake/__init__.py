@@ -1,0 +1,4 @@
+"""FrozenLake for roll. The env lives in :mod:`roll_env_frozenlake.env`; this package's import
+stays empty so that loading the plugin entry point costs nothing."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,64 @@
+"""Non-model policies for envs: random and scripted (the env's own solver).
+
+Used by ``roll env play``, by :func:`roll_core.testing.smoke_rollout` and to collect warm-start
+demonstrations. A policy is a callable ``policy(env, observation) -> response text``; the response
+is formatted exactly as a model's would be (``<answer>Left</answer>``), so it goes through the
+same parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from roll_core.errors import RollError
+
+Policy = Callable[[Any, str], str]
+
+
+class RandomPolicy:
+    """Uniformly random valid actions from its own seeded generator (reproducible episodes)."""
+
+    def __init__(self, seed: int | None = None):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, env: Any, observation: str) -> str:
+        return env.sample_action(self.rng)
+
+
+class ScriptedPolicy:
+    """Follows ``env.solve()``, re-planned every turn so a slip or a detour never derails it."""
+
+    def __init__(self, seed: int | None = None):
+        self.fallback = RandomPolicy(seed)
+
+    def __call__(self, env: Any, observation: str) -> str:
+        solve = getattr(env, "solve", None)
+        if solve is None:
+            raise RollError(
+                f"{type(env).__name__} has no solve() method, so it cannot be played by the scripted "
+                "policy; use --policy random or keyboard."
+            )
+        plan = solve()
+        if not plan:  # no known solution from here (slipped into a dead end, budget exhausted)
+            return self.fallback(env, observation)
+        return env.parser.format(plan[0])
+
+
+#: policy name -> factory taking a seed
+POLICIES: dict[str, Callable[[int | None], Policy]] = {
+    "random": RandomPolicy,
+    "scripted": ScriptedPolicy,
+}
+
+
+def make_policy(name: str | Policy, seed: int | None = None) -> Policy:
+    """A policy by name (``random``, ``scripted``) or a callable passed through."""
+    if callable(name):
+        return name
+    try:
+        return POLICIES[name](seed)
+    except KeyError:
+        raise RollError(f"Unknown policy {name!r}; use one of {', '.join(POLICIES)}.") from None
