@@ -103,6 +103,9 @@ def roll_register_strategies(register):
         exports weights; an infer strategy generates and loads exported weights.
     ``needs_gpu``
         ``True`` when the backend cannot run on a CPU-only machine; its tests skip there.
+    ``critic``
+        for train strategies, ``"module:Class"`` of the value-model strategy the pipeline builds
+        for ``critic`` when the estimator needs one (``gae``).
     """
 
 

@@ -1,0 +1,185 @@
+"""The critic of ``hf_train`` (for ``adv_estimator: gae``): a transformer backbone + a value head.
+
+Registered as the ``critic`` option of the ``hf_train`` strategy: a config selects the critic's
+backend by ``critic.strategy_args.strategy_name: hf_train`` like ROLL does, and the pipeline
+builds this class for the critic role.
+
+* Model: ``AutoModel.from_pretrained(pretrain)`` (the causal LM minus its LM head) and a
+  ``Linear(hidden, 1)`` head, zero-initialised so the first values are 0 (a neutral baseline)
+  whatever the backbone.
+* Values are label-aligned like every per-token quantity: ``values[:, j]`` is the head's output
+  at position ``j`` (ALGORITHMS.md §6.6: "the value head at positions [:-1]"), masked by
+  ``response_mask[:, 1:]``.
+* ``train_step(batch, value_loss_fn)`` with ``value_loss_fn(micro_batch, values) -> (loss,
+  metrics)``, the loss pre-scaled to global normalisers as for the actor.
+* Checkpoint: the backbone as a ``save_pretrained`` directory (loads with ``AutoModel``), the
+  head as ``value_head.safetensors``, and the same ``trainer_state.pt`` as the actor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from roll_core.errors import ConfigError, RollError
+from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.strategies.hf_common import (
+    load_state_dict_checked,
+    resolve_attn_implementation,
+    resolve_device,
+    set_num_threads,
+    torch_dtype,
+)
+from roll_core.strategies.hf_train import (
+    OptimizedModel,
+    mask_or_none,
+    micro_batches,
+    positions,
+    read_safetensors_dir,
+    validate_batch,
+    worker_kwargs,
+)
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+#: ``value_loss_fn(micro_batch, values) -> (loss, metrics)``
+ValueLossFn = Callable[[Mapping[str, Any], torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+class ValueModel(torch.nn.Module):
+    """Backbone (``AutoModel``) + scalar head: ``[b, l]`` ids -> ``[b, l]`` values."""
+
+    def __init__(self, backbone: Any):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = torch.nn.Linear(backbone.config.hidden_size, 1, dtype=backbone.dtype)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=position_ids).last_hidden_state
+        return self.value_head(hidden).squeeze(-1)
+
+
+class HFCriticStrategy(OptimizedModel):
+    """Value model training for GAE (see the module docstring); same arguments as ``hf_train``'s actor.
+
+    Args:
+        pretrain, seed, dtype, attn_implementation, device, cache_dir, learning_rate, weight_decay,
+        adam_betas, adam_epsilon, max_grad_norm, warmup_steps, warmup_ratio, lr_scheduler_type,
+        lr_scheduler_kwargs, num_training_steps, per_device_train_batch_size, gradient_accumulation_steps,
+        infer_batch_size, gradient_checkpointing, num_threads: as for
+        :class:`roll_core.strategies.hf_train.HFTrainStrategy`.
+    """
+
+    trainable = True
+
+    def __init__(
+        self,
+        pretrain: str,
+        *,
+        seed: int = 0,
+        dtype: str | None = "fp32",
+        attn_implementation: str | None = None,
+        device: str | None = None,
+        cache_dir: str | None = None,
+        learning_rate: float = 1e-5,
+        weight_decay: float = 0.0,
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        adam_epsilon: float = 1e-8,
+        max_grad_norm: float | None = 1.0,
+        warmup_steps: int | float = 0,
+        warmup_ratio: float = 0.0,
+        lr_scheduler_type: str = "constant",
+        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
+        num_training_steps: int | None = None,
+        per_device_train_batch_size: int = 1,
+        gradient_accumulation_steps: int = 1,
+        infer_batch_size: int | None = None,
+        gradient_checkpointing: bool = False,
+        num_threads: int | None = None,
+    ):
+        set_num_threads(num_threads)
+        from transformers import AutoModel
+
+        if per_device_train_batch_size < 1 or gradient_accumulation_steps < 1:
+            raise ConfigError("critic.training_args: per_device_train_batch_size and "
+                              "gradient_accumulation_steps must be >= 1.")
+        torch.manual_seed(seed)
+        self.device = resolve_device(device)
+        self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        backbone = AutoModel.from_pretrained(
+            self.model_dir, dtype=torch_dtype(dtype, self.device),
+            attn_implementation=resolve_attn_implementation(attn_implementation, self.device),
+        )
+        backbone.config.use_cache = False
+        if gradient_checkpointing:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model = ValueModel(backbone).to(self.device)
+        self.per_device_train_batch_size = int(per_device_train_batch_size)
+        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
+        self._setup_optimizer(
+            learning_rate=learning_rate, weight_decay=weight_decay, adam_betas=adam_betas,
+            adam_epsilon=adam_epsilon, max_grad_norm=max_grad_norm, warmup_steps=warmup_steps,
+            warmup_ratio=warmup_ratio, lr_scheduler_type=lr_scheduler_type,
+            lr_scheduler_kwargs=lr_scheduler_kwargs, num_training_steps=num_training_steps,
+        )
+
+    @classmethod
+    def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFCriticStrategy:
+        """Build from a ``critic`` worker config (the same ROLL fields as the actor's)."""
+        return cls(pretrain, **worker_kwargs(cls, worker_config, seed, "critic", overrides))
+
+    @property
+    def mini_batch_size(self) -> int:
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    def compute_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Label-aligned values ``[B, L-1]`` (masked by ``response_mask[:, 1:]``), on CPU."""
+        validate_batch(batch)
+        batch_size, length = batch["input_ids"].shape
+        values = torch.zeros(batch_size, length - 1)
+        self.model.eval()
+        with torch.no_grad():
+            start = 0
+            for mb, rows, width in micro_batches(batch, self.infer_batch_size, self.device):
+                values[start : start + rows, : width - 1] = self._values(mb).float().cpu()
+                start += rows
+        return values
+
+    def train_step(self, batch: Mapping[str, Any], loss_fn: ValueLossFn) -> dict[str, float]:
+        """One optimiser step over ``batch`` with ``loss_fn(micro_batch, values)``."""
+        validate_batch(batch)
+        return self._optimizer_step(batch, self.per_device_train_batch_size,
+                                    lambda mb: loss_fn(mb, self._values(mb)))
+
+    def save_checkpoint(self, path: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        self.model.backbone.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        head = {k: v.detach().cpu().contiguous() for k, v in self.model.value_head.state_dict().items()}
+        save_file(head, os.path.join(path, VALUE_HEAD_FILE))
+        self._save_trainer_state(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        head_file = os.path.join(path, VALUE_HEAD_FILE)
+        if not os.path.isfile(head_file):
+            raise RollError(f"{path} is not a critic checkpoint: {VALUE_HEAD_FILE} is missing.")
+        load_state_dict_checked(self.model.backbone, read_safetensors_dir(path))
+        with torch.no_grad():
+            self.model.value_head.load_state_dict(load_file(head_file))
+        self._load_trainer_state(path)
+
+    def _values(self, mb: Mapping[str, Any]) -> torch.Tensor:
+        mask = mb["attention_mask"]
+        values = self.model(mb["input_ids"], attention_mask=mask_or_none(mask), position_ids=positions(mask))
+        return values[:, :-1].float() * mb["response_mask"][:, 1:].float()

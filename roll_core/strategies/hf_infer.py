@@ -1,0 +1,304 @@
+"""``hf_infer``: batched generation with a KV cache, in pure torch + transformers (CPU or GPU).
+
+Why a custom decode loop rather than ``model.generate``: the rollout engine needs, per request,
+its own sampling params, stop tokens and stop strings, the exact sampling log-prob of every
+token, and abort between steps; and on CPU the sampler, not the model, is the bottleneck of
+``generate`` (see :mod:`roll_core.strategies.sampling`).
+
+How a batch runs: prompts of different lengths are left-padded into one batch, with an
+``attention_mask`` and ``position_ids`` counted from each prompt's first real token, so every
+request sees exactly the positions it would see alone. One prefill fills a ``DynamicCache``;
+then each decode step feeds one token per row. Finished rows stay in the batch (fed a pad
+token, their samples ignored) until a quarter of the batch has finished; then the cache and the
+masks are compacted to the live rows. Requests are sorted by prompt length and cut into batches
+of at most ``max_batch_size``, which keeps padding low.
+
+Log-probs: see :mod:`roll_core.strategies.sampling` (``log_softmax(logits / T)`` of the chosen
+token over the full vocabulary; ``T = 1`` for greedy).
+
+Threading: :meth:`generate` and :meth:`load_weights` serialise on a lock (weights never change
+mid-batch, so every output carries one policy version); :meth:`abort` takes no lock and is
+meant to be called from another thread (a Ray actor with ``max_concurrency > 1``). It is seen
+between decode steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from roll_core.errors import RollError
+from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
+from roll_core.strategies.hf_common import (
+    apply_strategy_config,
+    cfg_get,
+    load_causal_lm,
+    load_state_dict_checked,
+    resolve_attn_implementation,
+    resolve_device,
+    set_num_threads,
+    torch_dtype,
+)
+from roll_core.strategies.sampling import sample_next, sampling_from_generating_args
+
+#: compact the batch once this fraction of its rows has finished
+COMPACT_FRACTION = 0.25
+
+
+class HFInferStrategy(InferStrategy):
+    """Generation with a Hugging Face causal LM and a KV cache (see the module docstring).
+
+    Args:
+        pretrain: anything :func:`roll_core.models.resolve_pretrain` accepts.
+        seed: seeds the sampler's generator (and a tiny model's init, via ``resolve_pretrain``).
+        dtype: ``fp32``/``bf16``/``fp16`` (ROLL spellings accepted).
+        attn_implementation: ``sdpa`` (default), ``eager``, ``fa2`` (sdpa where unavailable).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; default CUDA when available.
+        max_batch_size: most requests decoded together (ROLL's ``infer_batch_size``).
+        cache_dir: where built / converted models are cached (default ``~/.cache/roll``).
+        default_sampling: the worker's ``generating_args`` as :class:`SamplingParams`; exposed
+            for the scheduler, never applied silently (every request carries its own params).
+        extra_stop_token_ids: stop tokens for every request besides the tokenizer's eos.
+        num_threads: torch intra-op threads for this process (see ``hf_common.set_num_threads``).
+    """
+
+    def __init__(
+        self,
+        pretrain: str,
+        *,
+        seed: int = 0,
+        dtype: str | None = "fp32",
+        attn_implementation: str | None = None,
+        device: str | None = None,
+        max_batch_size: int = 64,
+        cache_dir: str | None = None,
+        default_sampling: SamplingParams | None = None,
+        extra_stop_token_ids: Sequence[int] = (),
+        num_threads: int | None = None,
+    ):
+        set_num_threads(num_threads)
+        if max_batch_size < 1:
+            raise RollError(f"hf_infer: max_batch_size must be >= 1, got {max_batch_size}.")
+        self.device = resolve_device(device)
+        self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        attn = resolve_attn_implementation(attn_implementation, self.device)
+        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device).eval()
+        self.max_batch_size = int(max_batch_size)
+        self.default_sampling = default_sampling or SamplingParams()
+        self.eos_token_ids = _eos_ids(self.tokenizer, self.model) | set(extra_stop_token_ids)
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.policy_version = 0
+        self._generator = torch.Generator().manual_seed(int(seed))
+        self._lock = threading.Lock()
+        self._abort_lock = threading.Lock()
+        self._abort_epoch = 0
+        self._aborted: set[str] = set()
+        self._inflight: set[str] = set()
+        self._offloaded = False
+
+    @classmethod
+    def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFInferStrategy:
+        """Build from an ``actor_infer`` worker config (ROLL names, read duck-typed).
+
+        Reads ``model_args.{dtype, attn_implementation}``, ``infer_batch_size`` (as
+        ``max_batch_size``), ``generating_args`` (as ``default_sampling``) and merges
+        ``strategy_args.strategy_config`` (any constructor argument, e.g. ``device``).
+        """
+        kwargs: dict[str, Any] = {
+            "seed": seed,
+            "dtype": cfg_get(worker_config, "model_args.dtype"),
+            "attn_implementation": cfg_get(worker_config, "model_args.attn_implementation"),
+            "max_batch_size": cfg_get(worker_config, "infer_batch_size", 64),
+            "default_sampling": sampling_from_generating_args(cfg_get(worker_config, "generating_args")),
+        }
+        kwargs = apply_strategy_config(cls, kwargs, cfg_get(worker_config, "strategy_args.strategy_config"),
+                                       "actor_infer")
+        return cls(pretrain, **{**kwargs, **overrides})
+
+    # -- InferStrategy ----------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationOutput]:
+        """Generate for ``requests`` (any prompt lengths, any sampling params); outputs in order."""
+        vocab = self.model.get_input_embeddings().num_embeddings
+        for r in requests:
+            if len(r.prompt_ids) == 0:
+                raise RollError(f"request {r.request_id!r} has an empty prompt; at least one token is needed.")
+            if min(r.prompt_ids) < 0 or max(r.prompt_ids) >= vocab:
+                raise RollError(f"request {r.request_id!r} has token ids outside the model's vocabulary "
+                                f"[0, {vocab}); was it tokenised with another tokenizer?")
+        with self._lock:
+            if self._offloaded:
+                raise RollError("hf_infer.generate called while offloaded; call reload() first.")
+            with self._abort_lock:
+                epoch = self._abort_epoch
+                self._inflight.update(r.request_id for r in requests)
+            try:
+                outputs: list[GenerationOutput | None] = [None] * len(requests)
+                order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
+                for start in range(0, len(order), self.max_batch_size):
+                    chunk = order[start : start + self.max_batch_size]
+                    for i, out in zip(chunk, self._generate_batch([requests[i] for i in chunk], epoch)):
+                        outputs[i] = out
+                return outputs  # type: ignore[return-value]
+            finally:
+                with self._abort_lock:
+                    ids = {r.request_id for r in requests}
+                    self._inflight -= ids
+                    self._aborted -= ids
+
+    def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Copy a HF-named state dict into the model (waits for a running batch) and set the version."""
+        with self._lock:
+            load_state_dict_checked(self.model, weights)
+            self.policy_version = int(version)
+
+    def abort(self, request_ids: Sequence[str] | None = None) -> None:
+        """Abort in-flight requests (all when ``None``); they return their tokens so far, "abort"."""
+        with self._abort_lock:
+            if request_ids is None:
+                self._abort_epoch += 1
+            else:
+                self._aborted |= set(request_ids) & self._inflight
+
+    def offload(self) -> None:
+        """Move the model to CPU and free accelerator memory (no-op on CPU)."""
+        with self._lock:
+            if self.device.type != "cpu" and not self._offloaded:
+                self.model.to("cpu")
+                torch.cuda.empty_cache()
+                self._offloaded = True
+
+    def reload(self) -> None:
+        with self._lock:
+            if self._offloaded:
+                self.model.to(self.device)
+                self._offloaded = False
+
+    # -- internals --------------------------------------------------------------------------
+    def _aborted_rows(self, requests: Sequence[GenerationRequest], epoch: int) -> list[bool] | None:
+        """Per-request abort flags, or ``None`` when nothing is aborted (the common, cheap path)."""
+        if self._abort_epoch != epoch:
+            return [True] * len(requests)
+        if not self._aborted:
+            return None
+        with self._abort_lock:
+            return [r.request_id in self._aborted for r in requests]
+
+    @torch.inference_mode()
+    def _generate_batch(self, requests: Sequence[GenerationRequest], epoch: int) -> list[GenerationOutput]:
+        from transformers import DynamicCache
+
+        n = len(requests)
+        params = [r.sampling for r in requests]
+        max_new = torch.tensor([max(0, p.max_new_tokens) for p in params])
+        steps = int(max_new.max()) if n else 0
+        tokens = torch.full((n, max(steps, 1)), self.pad_token_id, dtype=torch.long)
+        logprobs = torch.zeros((n, max(steps, 1)), dtype=torch.float32)
+        n_gen = torch.zeros(n, dtype=torch.long)
+        finish: list[str | None] = ["length" if m == 0 else None for m in max_new.tolist()]
+        stop_ids = _stop_id_table(self.eos_token_ids, params)
+        row_generators = [torch.Generator().manual_seed(p.seed) if p.seed is not None else None for p in params]
+        stop_rows = [i for i, p in enumerate(params) if p.stop_strings]
+        stop_window = {i: 4 * max(len(s) for s in params[i].stop_strings) + 4 for i in stop_rows}
+
+        flags = self._aborted_rows(requests, epoch)
+        live_rows = [i for i in range(n) if finish[i] is None and not (flags and flags[i])]
+        for i in range(n):
+            if finish[i] is None and flags and flags[i]:
+                finish[i] = "abort"
+        if live_rows:
+            rows = torch.tensor(live_rows)  # batch position -> request index
+            prompts = [list(requests[i].prompt_ids) for i in live_rows]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+            attn = torch.zeros((len(prompts), width), dtype=torch.long)
+            for b, p in enumerate(prompts):
+                ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                attn[b, width - len(p) :] = 1
+            positions = (attn.cumsum(-1) - 1).clamp_(min=0)
+            attn, next_pos = attn.to(self.device), positions[:, -1:].to(self.device) + 1
+            cache = DynamicCache(config=self.model.config)
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=attn,
+                                position_ids=positions.to(self.device), past_key_values=cache,
+                                use_cache=True, logits_to_keep=1).logits[:, -1]
+            live = torch.ones(len(live_rows), dtype=torch.bool)  # per batch position
+
+            for step in range(steps):
+                flags = self._aborted_rows(requests, epoch)
+                if flags is not None:
+                    for b, i in enumerate(rows.tolist()):
+                        if live[b] and flags[i]:
+                            finish[i], live[b] = "abort", False
+                    if not bool(live.any()):
+                        break
+                idx = rows.tolist()
+                uniforms = torch.rand(len(idx), generator=self._generator)
+                for b, i in enumerate(idx):
+                    if row_generators[i] is not None:
+                        uniforms[b] = torch.rand(1, generator=row_generators[i])[0]
+                chosen, chosen_lp = sample_next(logits, [params[i] for i in idx], uniforms)
+                chosen, chosen_lp = chosen.cpu(), chosen_lp.cpu()
+                live_rows_t = rows[live]
+                tokens[live_rows_t, step] = chosen[live]
+                logprobs[live_rows_t, step] = chosen_lp[live]
+                n_gen[live_rows_t] += 1
+                is_stop = (stop_ids[rows] == chosen.unsqueeze(1)).any(dim=1) & live
+                is_long = (n_gen[rows] >= max_new[rows]) & live
+                for b in (is_stop | is_long).nonzero().flatten().tolist():
+                    finish[idx[b]] = "stop" if is_stop[b] else "length"
+                for b, i in enumerate(idx):
+                    if live[b] and finish[i] is None and i in stop_window:
+                        window = tokens[i, max(0, step + 1 - stop_window[i]) : step + 1].tolist()
+                        text = self.tokenizer.decode(window, skip_special_tokens=False)
+                        if any(s in text for s in params[i].stop_strings):
+                            finish[i] = "stop"
+                live &= torch.tensor([finish[i] is None for i in idx])
+                if not bool(live.any()):
+                    break
+                if (~live).sum() >= max(1, int(COMPACT_FRACTION * len(idx))):
+                    keep = live.nonzero().flatten()
+                    keep_dev = keep.to(self.device)
+                    cache.batch_select_indices(keep_dev)
+                    attn, next_pos = attn[keep_dev], next_pos[keep_dev]
+                    rows, chosen, live = rows[keep], chosen[keep], live[keep]
+                feed = torch.where(live, chosen, self.pad_token_id).unsqueeze(1).to(self.device)
+                attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+                logits = self.model(input_ids=feed, attention_mask=attn, position_ids=next_pos,
+                                    past_key_values=cache, use_cache=True).logits[:, -1]
+                next_pos = next_pos + 1
+
+        return [
+            GenerationOutput(
+                request_id=r.request_id,
+                token_ids=tokens[i, : n_gen[i]].tolist(),
+                logprobs=logprobs[i, : n_gen[i]].tolist(),
+                finish_reason=finish[i] or "length",  # type: ignore[arg-type]
+                policy_version=self.policy_version,
+            )
+            for i, r in enumerate(requests)
+        ]
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
+    """The tokenizer's eos plus every eos id the model's configs name."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None),
+                  getattr(model.config, "eos_token_id", None)):
+        if value is None:
+            continue
+        ids.update([value] if isinstance(value, int) else list(value))
+    return ids
+
+
+def _stop_id_table(eos: set[int], params: Sequence[SamplingParams]) -> torch.Tensor:
+    """``[n, S]`` stop ids per request (eos + its own), padded with -1 (never a token)."""
+    per_row = [sorted(eos | set(p.stop_token_ids)) for p in params]
+    width = max((len(s) for s in per_row), default=1) or 1
+    table = torch.full((len(per_row), width), -1, dtype=torch.long)
+    for i, ids in enumerate(per_row):
+        table[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return table

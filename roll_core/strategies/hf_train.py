@@ -1,0 +1,441 @@
+"""``hf_train``: log-probs and training of a Hugging Face causal LM in pure torch (CPU or GPU).
+
+One class serves the actor (trainable) and the reference model (``trainable=False``: eval mode,
+no optimizer; only :meth:`compute_log_probs`). The critic lives in
+:mod:`roll_core.strategies.critic` and shares the optimisation machinery defined here.
+
+Decisions, and why:
+
+* **One ``train_step`` = one optimiser step over the whole given batch.** The batch is split into
+  micro-batches of ``per_device_train_batch_size`` rows; each micro-batch's loss is
+  back-propagated as returned by ``loss_fn`` and the gradients add up. ``loss_fn`` scales its
+  loss by *global* normalisers (ALGORITHMS.md §6.5), so the update does not depend on how the
+  batch is split (a test pins this). ``gradient_accumulation_steps`` therefore only defines the
+  mini-batch the pipeline should hand over: :attr:`mini_batch_size` =
+  ``per_device_train_batch_size * gradient_accumulation_steps``.
+* **Padding is trimmed per micro-batch.** Rows are right-padded to the batch's longest row; each
+  micro-batch runs at its own longest row (tensors of width ``L`` are cut to ``l`` and
+  label-aligned ones of width ``L-1`` to ``l-1``), which matters on CPU where agentic rows vary a lot
+  in length. Results are padded back with zeros.
+* **Log-probs** are label-aligned ``[B, L-1]``, computed as ``z[label] - logsumexp(z)`` in float32
+  (``z = logits / logits_temperature``), multiplied by ``response_mask[:, 1:]``.
+  :meth:`compute_log_probs` returns ``(log_probs, entropy)``; ``entropy`` is ``None`` unless asked.
+* **Optimiser**: AdamW; as in the Hugging Face Trainer, biases and norm weights (1-D parameters)
+  get no weight decay. The scheduler is ``transformers.get_scheduler(lr_scheduler_type, ...)``,
+  stepped once per ``train_step``. A non-finite gradient norm skips the update (counted in
+  ``skipped``) rather than corrupting the weights.
+* **Checkpoints** are a ``save_pretrained`` directory (safetensors + tokenizer) plus
+  ``trainer_state.pt`` (optimizer, scheduler, step, and torch / CUDA / numpy / python RNG states);
+  :meth:`load_checkpoint` restores all of it, so a resumed run continues bit-for-bit on CPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import random
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_core.errors import ConfigError, RollError
+from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.strategies.base import LossFn, TrainStrategy
+from roll_core.strategies.hf_common import (
+    apply_strategy_config,
+    cfg_get,
+    load_causal_lm,
+    load_state_dict_checked,
+    resolve_attn_implementation,
+    resolve_device,
+    set_num_threads,
+    torch_dtype,
+)
+
+TRAINER_STATE = "trainer_state.pt"
+REQUIRED_KEYS = ("input_ids", "attention_mask", "response_mask")
+
+
+class OptimizedModel:
+    """AdamW + LR schedule + micro-batched, clipped optimiser steps + exact checkpoints.
+
+    Shared by the actor and the critic; subclasses provide ``self.model`` (an ``nn.Module``),
+    ``_forward_micro`` and the weight (de)serialisation hooks.
+    """
+
+    model: Any
+    device: Any
+    trainable: bool
+
+    def _setup_optimizer(self, *, learning_rate: float, weight_decay: float, adam_betas: tuple[float, float],
+                         adam_epsilon: float, max_grad_norm: float | None, warmup_steps: int | float,
+                         warmup_ratio: float, lr_scheduler_type: str, lr_scheduler_kwargs: Mapping | None,
+                         num_training_steps: int | None) -> None:
+        from transformers import SchedulerType, get_scheduler
+
+        self.max_grad_norm = max_grad_norm
+        self.global_step = 0
+        self.skipped_steps = 0
+        decay, no_decay = [], []
+        for p in self.model.parameters():
+            if p.requires_grad:
+                (decay if p.dim() >= 2 else no_decay).append(p)
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=learning_rate, betas=tuple(adam_betas), eps=adam_epsilon,
+        )
+        choices = [s.value for s in SchedulerType]
+        if lr_scheduler_type not in choices:
+            raise ConfigError(f"training_args.lr_scheduler_type: unknown {lr_scheduler_type!r}; use one of "
+                              f"{', '.join(choices)}.")
+        warmup = warmup_step_count(warmup_steps, warmup_ratio, num_training_steps)
+        try:
+            self.scheduler = get_scheduler(lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
+                                           num_training_steps=num_training_steps,
+                                           scheduler_specific_kwargs=dict(lr_scheduler_kwargs or {}))
+        except ValueError as exc:
+            raise ConfigError(f"training_args.lr_scheduler_type {lr_scheduler_type!r}: {exc} (the pipeline "
+                              "passes num_training_steps from max_steps).") from exc
+
+    def _optimizer_step(self, batch: Mapping[str, Any], micro_batch_size: int,
+                        run_micro: Any) -> dict[str, float]:
+        """Backward every micro-batch (``run_micro(mb) -> (loss, metrics)``), clip, step once."""
+        if not self.trainable:
+            raise RollError(f"{type(self).__name__} was built with trainable=False (a reference model); "
+                            "it cannot train.")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss, metric_sums, rows_seen = 0.0, {}, 0
+        for mb, rows, _ in micro_batches(batch, micro_batch_size, self.device):
+            loss, metrics = run_micro(mb)
+            loss.backward()
+            total_loss += float(loss.detach())
+            rows_seen += rows
+            for key, value in (metrics or {}).items():
+                metric_sums[key] = metric_sums.get(key, 0.0) + float(value) * rows
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        limit = self.max_grad_norm if self.max_grad_norm and self.max_grad_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+        lr = float(self.scheduler.get_last_lr()[0])
+        if np.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        else:
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        return {"loss": total_loss, "grad_norm": grad_norm, "lr": lr, "skipped": float(self.skipped_steps),
+                **{k: v / max(rows_seen, 1) for k, v in metric_sums.items()}}
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _save_trainer_state(self, path: str) -> None:
+        state = {
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+            "optimizer": self.optimizer.state_dict() if self.trainable else None,
+            "scheduler": self.scheduler.state_dict() if self.trainable else None,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+            },
+        }
+        torch.save(state, os.path.join(path, TRAINER_STATE))
+
+    def _load_trainer_state(self, path: str) -> None:
+        file = os.path.join(path, TRAINER_STATE)
+        if not os.path.isfile(file):
+            raise RollError(f"{path} is not a roll checkpoint: {TRAINER_STATE} is missing.")
+        # our own file: it holds numpy / python RNG states, which weights_only cannot read
+        state = torch.load(file, map_location="cpu", weights_only=False)
+        self.global_step = int(state["global_step"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        if self.trainable and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+
+
+class HFTrainStrategy(OptimizedModel, TrainStrategy):
+    """Actor / reference strategy over a Hugging Face causal LM (see the module docstring).
+
+    Args:
+        pretrain: anything :func:`roll_core.models.resolve_pretrain` accepts.
+        seed: seeds a tiny model's init (via ``resolve_pretrain``) and torch's global RNG.
+        dtype, attn_implementation, device, cache_dir: as for ``hf_infer``.
+        learning_rate, weight_decay, adam_betas, adam_epsilon, max_grad_norm, warmup_steps,
+        warmup_ratio, lr_scheduler_type, lr_scheduler_kwargs, num_training_steps: the optimiser and
+            schedule (HF TrainingArguments names and meanings: ``warmup_steps`` < 1 is a fraction of
+            ``num_training_steps``, as is ``warmup_ratio``); ``max_grad_norm`` None or <= 0 disables
+            clipping (the norm is still reported).
+        per_device_train_batch_size: rows per micro-batch in :meth:`train_step`.
+        gradient_accumulation_steps: only sets :attr:`mini_batch_size` (see the module docstring).
+        infer_batch_size: rows per micro-batch in :meth:`compute_log_probs` (default: the train one).
+        gradient_checkpointing: recompute activations in backward (ROLL enables it unless
+            ``model_args.disable_gradient_checkpointing``).
+        logits_temperature: logits are divided by it before log-softmax (match the sampler's T).
+        trainable: False builds a reference model: eval mode, frozen, no optimizer.
+        num_threads: torch intra-op threads for this process (see ``hf_common.set_num_threads``).
+    """
+
+    def __init__(
+        self,
+        pretrain: str,
+        *,
+        seed: int = 0,
+        dtype: str | None = "fp32",
+        attn_implementation: str | None = None,
+        device: str | None = None,
+        cache_dir: str | None = None,
+        learning_rate: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        adam_epsilon: float = 1e-8,
+        max_grad_norm: float | None = 1.0,
+        warmup_steps: int | float = 0,
+        warmup_ratio: float = 0.0,
+        lr_scheduler_type: str = "constant",
+        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
+        num_training_steps: int | None = None,
+        per_device_train_batch_size: int = 1,
+        gradient_accumulation_steps: int = 1,
+        infer_batch_size: int | None = None,
+        gradient_checkpointing: bool = False,
+        logits_temperature: float = 1.0,
+        trainable: bool = True,
+        num_threads: int | None = None,
+    ):
+        set_num_threads(num_threads)
+        if per_device_train_batch_size < 1 or gradient_accumulation_steps < 1:
+            raise ConfigError("training_args: per_device_train_batch_size and gradient_accumulation_steps "
+                              "must be >= 1.")
+        if logits_temperature <= 0:
+            raise ConfigError(f"logits_temperature must be > 0, got {logits_temperature}.")
+        torch.manual_seed(seed)
+        self.device = resolve_device(device)
+        self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        attn = resolve_attn_implementation(attn_implementation, self.device)
+        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device)
+        self.trainable = trainable
+        self.per_device_train_batch_size = int(per_device_train_batch_size)
+        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
+        self.logits_temperature = float(logits_temperature)
+        self.model.config.use_cache = False
+        if trainable:
+            if gradient_checkpointing:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self._setup_optimizer(
+                learning_rate=learning_rate, weight_decay=weight_decay, adam_betas=adam_betas,
+                adam_epsilon=adam_epsilon, max_grad_norm=max_grad_norm, warmup_steps=warmup_steps,
+                warmup_ratio=warmup_ratio, lr_scheduler_type=lr_scheduler_type,
+                lr_scheduler_kwargs=lr_scheduler_kwargs, num_training_steps=num_training_steps,
+            )
+        else:
+            self.model.eval().requires_grad_(False)
+            self.global_step, self.skipped_steps = 0, 0
+
+    @classmethod
+    def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFTrainStrategy:
+        """Build from an ``actor_train`` / ``reference`` worker config (ROLL names, duck-typed).
+
+        Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}``,
+        ``training_args.{learning_rate, weight_decay, per_device_train_batch_size,
+        gradient_accumulation_steps, warmup_steps, lr_scheduler_type, max_grad_norm,
+        adam_beta1, adam_beta2, adam_epsilon}``, ``infer_batch_size``, and merges
+        ``strategy_args.strategy_config``. Pass ``num_training_steps`` (and ``trainable=False``
+        for a reference) as overrides.
+        """
+        return cls(pretrain, **worker_kwargs(cls, worker_config, seed, "actor_train", overrides))
+
+    # -- TrainStrategy ----------------------------------------------------------------------
+    @property
+    def mini_batch_size(self) -> int:
+        """Rows the pipeline should pass to one :meth:`train_step` (one optimiser step)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
+        """``(log_probs [B, L-1], entropy [B, L-1] or None)``, masked by ``response_mask[:, 1:]``, on CPU."""
+        validate_batch(batch)
+        batch_size, length = batch["input_ids"].shape
+        log_probs = torch.zeros(batch_size, length - 1)
+        entropy = torch.zeros(batch_size, length - 1) if with_entropy else None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                start = 0
+                for mb, rows, width in micro_batches(batch, self.infer_batch_size, self.device):
+                    lp, ent = self._forward_micro(mb, with_entropy)
+                    log_probs[start : start + rows, : width - 1] = lp.float().cpu()
+                    if entropy is not None:
+                        entropy[start : start + rows, : width - 1] = ent.float().cpu()
+                    start += rows
+        finally:
+            self.model.train(was_training)
+        return log_probs, entropy
+
+    def train_step(self, batch: Mapping[str, Any], loss_fn: LossFn, *,
+                   with_entropy: bool | None = None) -> dict[str, float]:
+        """One optimiser step over ``batch``; returns loss, grad_norm, lr, skipped and ``loss_fn``'s metrics.
+
+        ``loss_fn`` gets entropy when ``with_entropy`` (default: ``loss_fn.needs_entropy`` if set).
+        """
+        validate_batch(batch)
+        want_entropy = bool(getattr(loss_fn, "needs_entropy", False) if with_entropy is None else with_entropy)
+
+        def run(mb: dict[str, Any]):
+            lp, ent = self._forward_micro(mb, want_entropy)
+            return loss_fn(mb, lp, ent)
+
+        return self._optimizer_step(batch, self.per_device_train_batch_size, run)
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """HF-named CPU copies of every weight (tied names included), safe to hand to another process."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def save_checkpoint(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        self._save_trainer_state(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        load_state_dict_checked(self.model, read_safetensors_dir(path))
+        self._load_trainer_state(path)
+
+    # -- internals --------------------------------------------------------------------------
+    def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
+        logits = self.model(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
+                            position_ids=positions(mb["attention_mask"])).logits
+        return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
+                               with_entropy)
+
+
+def worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str, overrides: Mapping[str, Any]) -> dict:
+    """Constructor kwargs from a worker config's ROLL fields (shared by actor, reference, critic)."""
+    targs = "training_args."
+    kwargs: dict[str, Any] = {
+        "seed": seed,
+        "dtype": cfg_get(worker_config, "model_args.dtype"),
+        "attn_implementation": cfg_get(worker_config, "model_args.attn_implementation"),
+        "gradient_checkpointing": not cfg_get(worker_config, "model_args.disable_gradient_checkpointing", True),
+        "learning_rate": cfg_get(worker_config, targs + "learning_rate", 1e-6),
+        "weight_decay": cfg_get(worker_config, targs + "weight_decay", 0.0),
+        "adam_betas": (cfg_get(worker_config, targs + "adam_beta1", 0.9),
+                       cfg_get(worker_config, targs + "adam_beta2", 0.999)),
+        "adam_epsilon": cfg_get(worker_config, targs + "adam_epsilon", 1e-8),
+        "max_grad_norm": cfg_get(worker_config, targs + "max_grad_norm", 1.0),
+        "warmup_steps": cfg_get(worker_config, targs + "warmup_steps", 0),
+        "warmup_ratio": cfg_get(worker_config, targs + "warmup_ratio", 0.0),
+        "lr_scheduler_type": str(cfg_get(worker_config, targs + "lr_scheduler_type", "constant")),
+        "lr_scheduler_kwargs": cfg_get(worker_config, targs + "lr_scheduler_kwargs"),
+        "per_device_train_batch_size": cfg_get(worker_config, targs + "per_device_train_batch_size", 1),
+        "gradient_accumulation_steps": cfg_get(worker_config, targs + "gradient_accumulation_steps", 1),
+        "infer_batch_size": cfg_get(worker_config, "infer_batch_size"),
+    }
+    max_steps = cfg_get(worker_config, targs + "max_steps", -1)
+    if max_steps and max_steps > 0:
+        kwargs["num_training_steps"] = int(max_steps)
+    kwargs = apply_strategy_config(cls, kwargs, cfg_get(worker_config, "strategy_args.strategy_config"), where)
+    return {**kwargs, **overrides}
+
+
+def warmup_step_count(warmup_steps: int | float, warmup_ratio: float, num_training_steps: int | None) -> int:
+    """Warm-up length in optimiser steps, with HF's conventions (a value < 1 is a fraction of training)."""
+    fraction = warmup_steps if 0 < warmup_steps < 1 else (warmup_ratio if not warmup_steps else 0.0)
+    if fraction:
+        if not num_training_steps:
+            raise ConfigError("training_args: a fractional warm-up (warmup_ratio, or warmup_steps < 1) needs "
+                              "num_training_steps (the pipeline derives it from max_steps).")
+        return math.ceil(fraction * num_training_steps)
+    return int(warmup_steps)
+
+
+# -- batch helpers (shared with the critic) ---------------------------------------------------
+def validate_batch(batch: Mapping[str, Any]) -> None:
+    missing = [k for k in REQUIRED_KEYS if k not in batch]
+    if missing:
+        raise RollError(f"training batch lacks {missing}; it needs {list(REQUIRED_KEYS)} (see strategies.base).")
+    shape = tuple(batch["input_ids"].shape)
+    if len(shape) != 2 or shape[1] < 2:
+        raise RollError(f"input_ids must be [B, L] with L >= 2, got {list(shape)}.")
+    for key in REQUIRED_KEYS[1:]:
+        if tuple(batch[key].shape) != shape:
+            raise RollError(f"{key} has shape {list(batch[key].shape)}, input_ids {list(shape)}.")
+
+
+def micro_batches(batch: Mapping[str, Any], size: int, device: Any) -> Iterator[tuple[dict[str, Any], int, int]]:
+    """Yield ``(micro_batch, rows, width)``: rows ``[i, i+size)``, trimmed to their longest row.
+
+    Per-row entries are sliced: tensors with ``B`` rows (width ``L`` cut to ``width``, ``L-1`` to
+    ``width-1``, moved to ``device``) and sequences of length ``B``; anything else passes through.
+    """
+    batch_size, length = batch["input_ids"].shape
+    for start in range(0, batch_size, size):
+        rows = slice(start, min(start + size, batch_size))
+        mask = batch["attention_mask"][rows]
+        used = mask.bool().any(dim=0).nonzero()
+        width = max(2, int(used.max()) + 1 if len(used) else 2)
+        mb: dict[str, Any] = {}
+        for key, value in batch.items():
+            if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == batch_size:
+                value = value[rows]
+                if value.dim() >= 2 and value.shape[1] in (length, length - 1):
+                    value = value[:, : width - (length - value.shape[1])]
+                mb[key] = value.to(device)
+            elif isinstance(value, (list, tuple)) and len(value) == batch_size:
+                mb[key] = value[rows]
+            else:
+                mb[key] = value
+        yield mb, rows.stop - rows.start, width
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted from each row's first real token (right or left padding alike)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def mask_or_none(mask: torch.Tensor) -> torch.Tensor | None:
+    """No mask when nothing is padded: lets attention take its causal fast path."""
+    return None if bool(mask.bool().all()) else mask
+
+
+def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor,
+                    temperature: float = 1.0, with_entropy: bool = False):
+    """Label-aligned log-probs (and entropy) of ``input_ids[:, 1:]``, masked by ``response_mask[:, 1:]``."""
+    z = logits[:, :-1].float()
+    if temperature != 1.0:
+        z = z / temperature
+    labels = input_ids[:, 1:].unsqueeze(-1)
+    lse = torch.logsumexp(z, dim=-1)
+    mask = response_mask[:, 1:].to(z.dtype)
+    log_probs = (z.gather(-1, labels).squeeze(-1) - lse) * mask
+    entropy = None
+    if with_entropy:
+        entropy = (lse - (torch.softmax(z, dim=-1) * z).sum(-1)) * mask
+    return log_probs, entropy
+
+
+def read_safetensors_dir(path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files in ``path`` (sharded checkpoints too)."""
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    files = [f for f in files if not os.path.basename(f).startswith("value_head")]
+    if not files:
+        raise RollError(f"{path} holds no .safetensors weights; is it a checkpoint written by save_checkpoint?")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state

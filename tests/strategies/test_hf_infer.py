@@ -1,0 +1,200 @@
+"""hf_infer: batched generation equals one-at-a-time generation, log-probs equal a teacher-forced
+forward, sampling params / stops / abort / weight loading behave as the contract says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from roll_core.errors import ConfigError, RollError
+from roll_core.strategies import hf_infer as hf_infer_module
+from roll_core.strategies.base import GenerationRequest, SamplingParams
+from roll_core.strategies.hf_infer import HFInferStrategy
+
+GREEDY = SamplingParams(max_new_tokens=10, temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def infer(peaked_dir):
+    return HFInferStrategy(peaked_dir, seed=0, max_batch_size=8)
+
+
+def prompts_of(strategy, n=6):
+    tok = strategy.tokenizer
+    texts = [f"State:\n{'_P_O' * (1 + i)}\nWhat is {i}+{2 * i}? <answer>" for i in range(n)]
+    return [tok(tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
+                                        add_generation_prompt=True))["input_ids"] for t in texts]
+
+
+def teacher_forced(strategy, prompt, response, temperature=1.0):
+    ids = torch.tensor([list(prompt) + list(response)])
+    with torch.no_grad():
+        logits = strategy.model(ids).logits[0].float() / temperature
+    return torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None]).squeeze(1)
+
+
+def test_batched_mixed_lengths_equal_one_at_a_time(infer):
+    prompts = prompts_of(infer)
+    assert len({len(p) for p in prompts}) == len(prompts)  # all different lengths
+    requests = [GenerationRequest(f"r{i}", p, GREEDY) for i, p in enumerate(prompts)]
+    batched = infer.generate(requests)
+    assert [o.request_id for o in batched] == [r.request_id for r in requests]
+    assert len({tuple(o.token_ids) for o in batched}) > 1  # the model is not degenerate
+    for request, out in zip(requests, batched):
+        alone = infer.generate([request])[0]
+        assert alone.token_ids == out.token_ids
+        reference = teacher_forced(infer, request.prompt_ids, out.token_ids)
+        assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
+
+
+def test_sampled_logprobs_are_temperature_scaled_model_logprobs(infer):
+    prompts = prompts_of(infer, 4)
+    params = [SamplingParams(max_new_tokens=8, temperature=0.7, seed=1),
+              SamplingParams(max_new_tokens=8, temperature=1.3, top_k=5, seed=2),
+              SamplingParams(max_new_tokens=8, temperature=1.0, top_p=0.8, seed=3),
+              SamplingParams(max_new_tokens=8, temperature=1.0, top_k=50, top_p=0.9, seed=4)]
+    outs = infer.generate([GenerationRequest(str(i), p, sp) for i, (p, sp) in enumerate(zip(prompts, params))])
+    for prompt, sp, out in zip(prompts, params, outs):
+        reference = teacher_forced(infer, prompt, out.token_ids, sp.temperature)
+        assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
+        if sp.top_k:  # every sampled token lies in the top-k of its step
+            ids = torch.tensor([list(prompt) + out.token_ids])
+            with torch.no_grad():
+                logits = infer.model(ids).logits[0, len(prompt) - 1 : -1]
+            ranks = (logits > logits.gather(1, ids[0, len(prompt) :, None])).sum(-1)
+            assert int(ranks.max()) < sp.top_k
+
+
+def test_per_request_seeds_reproduce(infer):
+    prompt = prompts_of(infer, 1)[0]
+    sp = SamplingParams(max_new_tokens=12, temperature=1.5)
+    first = infer.generate([GenerationRequest("a", prompt, SamplingParams(**{**sp.__dict__, "seed": 7})),
+                            GenerationRequest("b", prompt, SamplingParams(**{**sp.__dict__, "seed": 8}))])
+    again = infer.generate([GenerationRequest("a", prompt, SamplingParams(**{**sp.__dict__, "seed": 7}))])
+    assert again[0].token_ids == first[0].token_ids
+    assert first[0].token_ids != first[1].token_ids
+
+
+def test_stop_tokens_stop_strings_and_max_new_tokens(infer):
+    prompt = prompts_of(infer, 1)[0]
+    full = infer.generate([GenerationRequest("f", prompt, SamplingParams(max_new_tokens=12, temperature=0))])[0]
+    assert full.finish_reason == "length" and len(full.token_ids) == 12
+
+    stop_at = next(i for i in range(2, 12) if full.token_ids[i] not in full.token_ids[:i])
+    out = infer.generate([GenerationRequest("s", prompt, SamplingParams(
+        max_new_tokens=12, temperature=0, stop_token_ids=(full.token_ids[stop_at],)))])[0]
+    assert out.finish_reason == "stop" and out.token_ids == full.token_ids[: stop_at + 1]
+
+    tok = infer.tokenizer
+    text = tok.decode(full.token_ids[: stop_at + 1])
+    stop = text[-2:] if len(text) >= 2 else text
+    first_hit = next(i for i in range(1, 13) if stop in tok.decode(full.token_ids[:i]))
+    out = infer.generate([GenerationRequest("t", prompt, SamplingParams(
+        max_new_tokens=12, temperature=0, stop_strings=(stop,)))])[0]
+    assert out.finish_reason == "stop" and out.token_ids == full.token_ids[:first_hit]
+
+    eos_infer = HFInferStrategy(infer.model_dir, extra_stop_token_ids=(full.token_ids[0],))
+    out = eos_infer.generate([GenerationRequest("e", prompt, SamplingParams(max_new_tokens=5, temperature=0))])[0]
+    assert out.finish_reason == "stop" and out.token_ids == full.token_ids[:1]
+
+    outs = infer.generate([GenerationRequest("z", prompt, SamplingParams(max_new_tokens=0)),
+                           GenerationRequest("o", prompt, SamplingParams(max_new_tokens=3, temperature=0))])
+    assert outs[0].token_ids == [] and outs[0].finish_reason == "length"
+    assert outs[1].token_ids == full.token_ids[:3]
+
+
+def test_many_requests_span_batches_and_rows_finish_at_different_steps(infer):
+    """More requests than max_batch_size, staggered lengths (exercises batch compaction)."""
+    prompts = (prompts_of(infer, 5) * 2)[:9]
+    assert len(prompts) > infer.max_batch_size
+    requests = [GenerationRequest(str(i), p, SamplingParams(max_new_tokens=1 + i, temperature=0))
+                for i, p in enumerate(prompts)]
+    outs = infer.generate(requests)
+    for i, (request, out) in enumerate(zip(requests, outs)):
+        assert len(out.token_ids) == 1 + i and out.finish_reason == "length"
+        if i % 3 == 2:
+            assert out.token_ids == infer.generate([request])[0].token_ids
+
+
+def test_abort_between_steps(infer, monkeypatch):
+    prompts = prompts_of(infer, 3)
+    calls = {"n": 0}
+    real = hf_infer_module.sample_next
+
+    def sample_then_abort(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            infer.abort(["r1"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_infer_module, "sample_next", sample_then_abort)
+    outs = infer.generate([GenerationRequest(f"r{i}", p, SamplingParams(max_new_tokens=8, temperature=0))
+                           for i, p in enumerate(prompts)])
+    assert outs[1].finish_reason == "abort" and len(outs[1].token_ids) == 3
+    assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
+    infer.abort(["r1"])  # not in flight: ignored, later requests unaffected
+    assert infer.generate([GenerationRequest("r1", prompts[1], GREEDY)])[0].finish_reason == "length"
+
+
+def test_load_weights_changes_outputs_and_stamps_version(peaked_dir, tiny_dir):
+    infer = HFInferStrategy(peaked_dir, seed=0)
+    request = GenerationRequest("w", prompts_of(infer, 1)[0], GREEDY)
+    before = infer.generate([request])[0]
+    assert before.policy_version == 0
+    other = HFInferStrategy(tiny_dir, seed=0).model.state_dict()
+    infer.load_weights(other, version=3)
+    after = infer.generate([request])[0]
+    assert after.policy_version == 3 and infer.policy_version == 3
+    assert after.token_ids != before.token_ids or after.logprobs != before.logprobs
+    with pytest.raises(RollError, match="do not match"):
+        infer.load_weights({"not.a.weight": torch.zeros(1)}, version=4)
+
+
+def test_offload_reload_are_noops_on_cpu(infer):
+    request = GenerationRequest("o", prompts_of(infer, 1)[0], GREEDY)
+    before = infer.generate([request])[0]
+    infer.offload()
+    infer.reload()
+    assert infer.generate([request])[0].token_ids == before.token_ids
+
+
+def test_bad_prompts_are_clear_errors(infer):
+    with pytest.raises(RollError, match="empty prompt"):
+        infer.generate([GenerationRequest("x", [], GREEDY)])
+    with pytest.raises(RollError, match="outside the model's vocabulary"):
+        infer.generate([GenerationRequest("y", [1, 10**6], GREEDY)])
+
+
+def test_from_worker_config(peaked_dir):
+    worker = SimpleNamespace(
+        model_args=SimpleNamespace(dtype="fp32", attn_implementation="fa2"),
+        generating_args=SimpleNamespace(max_new_tokens=7, temperature=0.9, top_p=0.95, top_k=20),
+        strategy_args=SimpleNamespace(strategy_name="hf_infer", strategy_config={"device": "cpu"}),
+        infer_batch_size=5,
+    )
+    infer = HFInferStrategy.from_worker_config(worker, peaked_dir, seed=3)
+    assert infer.max_batch_size == 5 and infer.device.type == "cpu"
+    assert infer.default_sampling == SamplingParams(max_new_tokens=7, temperature=0.9, top_p=0.95, top_k=20)
+    worker.strategy_args.strategy_config = {"devcie": "cpu"}
+    with pytest.raises(ConfigError, match="Did you mean 'device'"):
+        HFInferStrategy.from_worker_config(worker, peaked_dir, seed=3)
+
+
+def test_registered_lazily_without_torch():
+    code = (
+        "import sys\n"
+        "from roll_core.plugins import PluginManager\n"
+        "reg = PluginManager(autoload=False).registry\n"
+        "train = [r for r in reg.all('strategy') if r.name == 'hf_train'][0]\n"
+        "infer = [r for r in reg.all('strategy') if r.name == 'hf_infer'][0]\n"
+        "print(train.options['role'], infer.options['role'], train.options['critic'], 'torch' in sys.modules)\n"
+        "print(infer.load().__name__, train.load().__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.strip().splitlines()
+    assert first == "train infer roll_core.strategies.critic:HFCriticStrategy False"
+    assert second == "HFInferStrategy HFTrainStrategy"
