@@ -1,0 +1,154 @@
+"""``roll rollout CONFIG [KEY=VALUE ...] [--policy P] [--batches N] [--dump FILE.jsonl] [--val]``.
+
+The rollout pipeline alone, no training: the config's env managers play episodes and serve
+batches, and every batch prints its throughput and env metrics. With the config's model as the
+policy (the default, ROLL's ``llm_proxy.proxy_type: policy``) inference workers are started; with
+``--policy random`` or ``scripted`` no model is loaded and no GPU backend is needed, so a ROLL
+config written for GPUs rolls out on a laptop. ``--dump`` writes every trajectory (messages,
+responses, rewards, metrics) as one JSON line, for inspection.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from roll_core.cli.config_cmd import add_config_arguments, load_from_args
+
+
+def register(subparsers) -> None:
+    from roll_core.rollout.policies import POLICIES
+
+    parser = subparsers.add_parser("rollout", help="roll out a config's envs without training")
+    add_config_arguments(parser)
+    parser.add_argument("--policy", choices=sorted(POLICIES), default=None,
+                        help="who answers: the config's model (model/policy), or a model-free policy "
+                             "(random, scripted: the env's solver); default: the env manager's llm_proxy")
+    parser.add_argument("--batches", type=int, default=1, metavar="N", help="batches to collect (default 1)")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="trajectories per batch (default: rollout_batch_size, or val_batch_size with --val)")
+    parser.add_argument("--val", action="store_true", help="roll out val_env_manager (validation passes)")
+    parser.add_argument("--dump", default=None, metavar="FILE.jsonl", help="write every trajectory as JSON lines")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="give up when one batch takes longer than S seconds")
+    parser.add_argument("--infer-workers", type=int, default=1, metavar="N",
+                        help="inference workers when the model is the policy (default 1)")
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="Ray cluster to join (default: RAY_ADDRESS, else a local cluster)")
+    parser.set_defaults(func=cmd_rollout)
+
+
+def cmd_rollout(args) -> int:
+    import ray
+
+    from roll_core.rollout.from_config import SECTIONS, batch_size_from_config, rollout_spec_from_config
+    from roll_core.rollout.policies import POLICIES, check_policy
+    from roll_core.rollout.scheduler import RolloutScheduler, init_ray
+    from roll_core.rollout.tokenizer import rollout_tokenizer
+
+    mode = "val" if args.val else "train"
+    config = load_from_args(args, resolve_plugins=False)
+    section = getattr(config, SECTIONS[mode][0])
+    policy = check_policy(args.policy or section.llm_proxy.proxy_type)
+    needs_model = POLICIES[policy].needs_model
+    if needs_model:  # the inference backend is checked only when a model is loaded
+        from roll_core.rollout.infer_worker import infer_strategy_name
+
+        infer_strategy_name(config, check=True)
+    spec = rollout_spec_from_config(config, mode, policy=policy)  # env names are checked before Ray starts
+    tokenizer = rollout_tokenizer(config, model_free=not needs_model)
+    batch_size = args.batch_size or batch_size_from_config(config, mode)
+
+    started_ray = not ray.is_initialized()
+    init_ray(**({"address": args.address} if args.address else {}))
+    scheduler = None
+    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
+    try:
+        t0 = time.perf_counter()
+        generate_scheduler = _start_model(config, args.infer_workers) if needs_model else None
+        scheduler = RolloutScheduler(spec, tokenizer, generate_scheduler=generate_scheduler, batch_size=batch_size,
+                                     worker_env_vars={**config.system_envs, **section.system_envs} or None)
+        who = f"the model {config.actor_infer.model_args.model_name_or_path or config.pretrain}" if needs_model \
+            else policy
+        print(f"roll rollout: {mode} env manager, {spec.num_env_groups} groups x {spec.group_size} envs "
+              f"({spec.num_envs} envs on {spec.num_workers} workers), policy {who}, "
+              f"{batch_size} trajectories per batch; started in {time.perf_counter() - t0:.1f} s", flush=True)
+        for index in range(1, args.batches + 1):
+            batch = scheduler.get_batch(batch_size, timeout=args.timeout)
+            print(format_batch(index, args.batches, batch.metrics, spec.group_size), flush=True)
+            if dump is not None:
+                for traj in batch.trajectories:
+                    dump.write(json.dumps(trajectory_record(traj, index)) + "\n")
+    finally:
+        if dump is not None:
+            dump.close()
+        if scheduler is not None:
+            scheduler.shutdown()
+        if started_ray:
+            ray.shutdown()
+    if args.dump:
+        print(f"trajectories written to {args.dump}")
+    return 0
+
+
+def _start_model(config: Any, num_workers: int) -> Any:
+    from roll_core.rollout.infer_worker import start_generate_scheduler, start_infer_workers
+
+    workers = start_infer_workers(config, num_workers=num_workers)
+    return start_generate_scheduler(workers, max_batch_size=max(config.max_running_requests // num_workers, 1))
+
+
+def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:
+    """Two or more lines: throughput and lengths, then the env metrics of each tag."""
+    m = metrics
+    n = int(m["rollout/trajectories"])
+    lines = [
+        f"batch {index}/{total}: {n} trajectories ({n // group_size} groups) in {m['time/get_batch']:.2f} s | "
+        f"{m['rollout/trajectories_per_s']:.1f} traj/s | {m['rollout/env_steps_per_s']:.1f} env steps/s | "
+        f"response tokens {m['rollout/response_length/mean']:.1f} | steps {m['rollout/num_steps/mean']:.2f} | "
+        f"reward {m['rollout/episode_reward/mean']:.3f} | dropped {int(m['rollout/dropped_trajectories'])}"
+    ]
+    drops = {k.rsplit("/", 1)[-1]: int(v) for k, v in m.items() if k.startswith("rollout/dropped_trajectories/")}
+    if drops:
+        lines[0] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) + ")"
+    tags = sorted({k.split("/")[1] for k in m if k.startswith("env/")})
+    for tag in tags:
+        values = " ".join(f"{name} {m[f'env/{tag}/{name}']:.3f}" for name in
+                          ("success", "action_is_valid", "action_is_effective", "num_steps"))
+        lines.append(f"  env/{tag}: {values}")
+    return "\n".join(lines)
+
+
+def trajectory_record(traj: Any, batch: int) -> dict[str, Any]:
+    """One JSON-able line of ``--dump``: the conversation, every turn, rewards and metrics."""
+    return {
+        "batch": batch,
+        "traj_id": traj.traj_id,
+        "traj_group_id": traj.traj_group_id,
+        "tag": traj.tag,
+        "group_id": traj.group_id,
+        "episode_id": traj.episode_id,
+        "member": traj.member,
+        "seed": traj.seed,
+        "episode_reward": traj.episode_reward,
+        "metrics": traj.metrics,
+        "end_reason": traj.end_reason,
+        "num_steps": traj.num_steps,
+        "policy_version": [traj.min_version, traj.max_version],
+        "frames": traj.frames_path,
+        "messages": traj.messages,
+        "turns": [
+            {"prompt": t.prompt_text, "response": t.response_text, "reward": t.reward, "metrics": t.metrics,
+             "finish_reason": t.finish_reason, "version": t.version, "prompt_tokens": len(t.prompt_ids),
+             "response_tokens": len(t.response_ids)}
+            for t in traj.turns
+        ],
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from roll_core.cli import main
+
+    sys.exit(main(["rollout", *sys.argv[1:]]))

@@ -1,0 +1,187 @@
+"""One env playing one episode: reset -> prompt -> generate -> parse -> step -> ... -> trajectory.
+
+:func:`play_episode` is the per-env loop body of the env manager. It never waits for another env;
+it awaits only its own generation and its own env calls. Env calls run in a thread with a timeout
+when ``step_timeout_s`` is set, so a hung ``step`` costs only its own trajectory. Failures are
+raised as :class:`EpisodeFailure` with a reason the metrics count by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from roll_core.envs.prompt import Conversation, format_example
+from roll_core.rollout.chat import ChatCodec
+from roll_core.rollout.policies import TurnPolicy
+from roll_core.rollout.protocol import Ticket
+from roll_core.rollout.spec import EnvSpec, RolloutSpec, derive_seed
+from roll_core.rollout.trajectory import Trajectory, Turn, make_prompt_builder
+from roll_core.strategies.base import GenerationRequest, SamplingParams
+
+METRIC_KEYS = ("success", "action_is_valid", "action_is_effective")
+
+
+class EpisodeFailure(Exception):
+    """The episode cannot finish; ``reason`` is a metric suffix (env_error, timeout, ...)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class EpisodeCancelled(Exception):
+    """The group no longer needs this episode (complete without it, or given up)."""
+
+
+@dataclass
+class EpisodeContext:
+    """What every episode of one env manager shares."""
+
+    spec: RolloutSpec
+    codec: ChatCodec
+    executor: Executor | None
+    format_penalty: float = 0.0  # env-manager level penalty for invalid actions (ROLL's)
+
+    async def call_env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args)`` on the env, in a worker thread under the step timeout when one is set."""
+        timeout = self.spec.step_timeout_s
+        name = getattr(fn, "__name__", "env call")
+        try:
+            if not timeout or self.executor is None:
+                return fn(*args, **kwargs)
+            loop = asyncio.get_running_loop()
+            call = functools.partial(fn, *args, **kwargs)
+            return await asyncio.wait_for(loop.run_in_executor(self.executor, call), timeout)
+        except TimeoutError:
+            raise EpisodeFailure("timeout", f"env.{name} took longer than {timeout} s") from None
+        except EpisodeFailure:
+            raise
+        except Exception as exc:
+            raise EpisodeFailure("env_error", f"env.{name} raised {type(exc).__name__}: {exc}") from exc
+
+
+def turn_sampling(spec: RolloutSpec, env_spec: EnvSpec) -> SamplingParams:
+    """Sampling params of every turn: generating_args, with max_tokens_per_step as a tighter cap."""
+    caps = [spec.sampling.max_new_tokens, env_spec.max_tokens_per_step]
+    return replace(spec.sampling, max_new_tokens=min(c for c in caps if c))
+
+
+async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket: Ticket, member: int,
+                       policy: TurnPolicy, *, route_key: str, cancelled: Callable[[], bool],
+                       frames: list | None = None, wait_resumed: Callable[[], Any] | None = None,
+                       ) -> Trajectory:
+    """Play ``ticket``'s episode on ``env`` and return the finished trajectory."""
+    spec, codec = ctx.spec, ctx.codec
+    observation, info = await ctx.call_env(env.reset, seed=ticket.seed)
+    instruction = info.get("instruction") or env.instruction
+    sampling = turn_sampling(spec, env_spec)
+    conversation = Conversation(instruction, format_example=format_example(env),
+                                max_tokens=env_spec.max_tokens_per_step,
+                                system_template=env_spec.system_template, turn_template=env_spec.turn_template)
+    builder = make_prompt_builder(codec, spec.granularity, env_spec.history_window)
+    max_turns = env_spec.max_steps or env.config.max_steps
+    if frames is not None:
+        frames.append(_frame(env))
+    turns: list[Turn] = []
+    mismatches = 0
+    last_reward: float | None = None
+    terminated = truncated = False
+    end_reason = "max_steps"
+    traj_id = f"{spec.mode}-p{ticket.pass_id}-g{ticket.group_id}-e{ticket.episode_id}-m{member}"
+    for turn_index in range(max_turns):
+        if cancelled():
+            raise EpisodeCancelled()
+        if wait_resumed is not None:
+            await wait_resumed()
+        conversation.observe(observation, actions_left=max_turns - turn_index, last_reward=last_reward)
+        piece = builder.prompt(conversation.messages)
+        budget = spec.sequence_length - builder.length_with(piece)
+        if budget < 1:  # no room for even one response token: end cleanly before this turn
+            conversation.messages.pop()
+            truncated, end_reason = True, "sequence_length"
+            break
+        builder.commit(piece)
+        mismatches += piece.template_mismatch
+        request = GenerationRequest(
+            request_id=f"{traj_id}-t{turn_index}",
+            prompt_ids=builder.request_ids(piece),
+            # a per-request seed makes the sampled tokens independent of how requests happen to be
+            # batched (timing), so a sync-mode run is reproducible and resumes exactly
+            sampling=replace(sampling, max_new_tokens=min(sampling.max_new_tokens, budget),
+                             seed=sampling.seed if sampling.seed is not None else derive_seed(
+                                 spec.seed, f"{spec.mode}/sample", ticket.group_id, ticket.episode_id,
+                                 member, turn_index)),
+            route_key=route_key,
+        )
+        try:
+            output = await policy.generate(request, env, observation, ticket.version)
+        except Exception as exc:
+            raise EpisodeFailure("generation_error", f"generation failed: {type(exc).__name__}: {exc}") from exc
+        if output.finish_reason == "abort":
+            raise EpisodeFailure("generation_aborted", "generation was aborted")
+        response_ids = list(output.token_ids)
+        full_text, response_text = codec.response_texts(response_ids)
+        builder.add_response(response_ids, full_text)
+        conversation.respond(response_text)
+        next_observation, reward, term, trunc, step_info = await ctx.call_env(env.step, response_text)
+        metrics = {k: float(v) for k, v in (step_info.get("metrics") or {}).items()}
+        if ctx.format_penalty and not metrics.get("action_is_valid", 1.0):
+            reward += ctx.format_penalty
+        turns.append(Turn(
+            prompt_ids=piece.ids, response_ids=response_ids, logprobs=list(output.logprobs),
+            version=int(output.policy_version), finish_reason=output.finish_reason, observation=observation,
+            prompt_text=piece.text, response_text=response_text, reward=float(reward), metrics=metrics,
+        ))
+        if frames is not None:
+            frames.append(_frame(env))
+        observation, last_reward = next_observation, float(reward)
+        if term or trunc:
+            terminated, truncated = bool(term), bool(trunc) and not term
+            end_reason = "terminated" if term else "max_steps"
+            break
+    else:
+        truncated = True
+    if not turns:
+        raise EpisodeFailure("empty_episode", "the first prompt alone exceeds sequence_length")
+    return Trajectory(
+        traj_id=traj_id,
+        traj_group_id=f"{spec.mode}-p{ticket.pass_id}-g{ticket.group_id}-e{ticket.episode_id}",
+        group_id=ticket.group_id,
+        episode_id=ticket.episode_id,
+        member=member,
+        tag=env_spec.tag,
+        seed=ticket.seed,
+        mode=spec.mode,
+        turns=turns,
+        incremental=builder.incremental,
+        terminated=terminated,
+        truncated=truncated,
+        end_reason=end_reason,
+        episode_reward=sum(t.reward for t in turns),
+        metrics=episode_metrics(turns),
+        messages=conversation.messages,
+        template_mismatches=mismatches,
+    )
+
+
+def episode_metrics(turns: list[Turn]) -> dict[str, float]:
+    """ROLL's per-trajectory env metrics: success at the end, validity/effectiveness per step."""
+    n = max(len(turns), 1)
+    return {
+        "success": float(turns[-1].metrics.get("success", 0.0)) if turns else 0.0,
+        "action_is_valid": sum(t.metrics.get("action_is_valid", 0.0) for t in turns) / n,
+        "action_is_effective": sum(t.metrics.get("action_is_effective", 0.0) for t in turns) / n,
+        "num_steps": float(len(turns)),
+    }
+
+
+def _frame(env: Any) -> Any:
+    try:
+        return env.render("rgb_array")
+    except Exception:  # an env without rgb rendering still plays; it just has no GIF
+        return None

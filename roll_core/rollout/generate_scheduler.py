@@ -1,0 +1,176 @@
+"""GenerateScheduler: one front door for every env loop's generate request, batched for the workers.
+
+Env loops each send one request per turn; a model is efficient only on batches. The scheduler (an
+asyncio Ray actor) keeps a queue per inference worker and dispatches a worker's queue as one batch
+when it holds ``max_batch_size`` requests, or ``max_wait_s`` after its first request arrived. A
+worker runs one batch at a time; requests of the same env (``route_key``) always go to the same
+worker, so a worker with a prefix cache sees the growing conversation of an env every turn.
+
+``pause`` holds dispatching (running batches finish), ``abort`` also stops running batches: the
+aborted requests are queued again and regenerated after ``resume``, so env loops never see an
+abort. ``update_weights`` does pause, abort, wait, load, resume: the weight sync of async training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from roll_core.strategies.base import GenerationOutput, GenerationRequest
+
+logger = logging.getLogger("roll.rollout")
+
+
+@dataclass
+class _Pending:
+    request: GenerationRequest
+    future: asyncio.Future
+
+
+class GenerateScheduler:
+    """See the module docstring; create with ``ray.remote(GenerateScheduler)``.
+
+    ``workers`` are Ray actor handles exposing ``generate(requests) -> outputs``,
+    ``abort(request_ids | None)`` and ``load_weights(weights, version)`` (see :class:`InferWorker`).
+    """
+
+    def __init__(self, workers: list[Any], *, max_batch_size: int = 16, max_wait_s: float = 0.02):
+        if not workers:
+            raise ValueError("GenerateScheduler needs at least one inference worker")
+        self.workers = list(workers)
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_wait_s = max_wait_s
+        n = len(self.workers)
+        self.queues: list[deque[_Pending]] = [deque() for _ in range(n)]
+        self.arrivals = [asyncio.Event() for _ in range(n)]
+        self.busy = [False] * n
+        self.routes: dict[str, int] = {}
+        self.route_load = [0] * n
+        self.resumed = asyncio.Event()
+        self.resumed.set()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.version = 0
+        self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0}
+        self._dispatchers: list[asyncio.Task] = []
+
+    # -- requests -----------------------------------------------------------------------------
+    async def generate(self, request: GenerationRequest) -> GenerationOutput:
+        """Queue ``request`` for its worker and await its output."""
+        self._start()
+        worker = self._route(request.route_key)
+        future = asyncio.get_running_loop().create_future()
+        self.queues[worker].append(_Pending(request, future))
+        self.arrivals[worker].set()
+        self.stats_["requests"] += 1
+        return await future
+
+    def _route(self, key: str | None) -> int:
+        """Sticky: a key keeps its worker; a new key goes to the worker with the fewest keys."""
+        if key is None:
+            return min(range(len(self.workers)), key=lambda w: len(self.queues[w]))
+        worker = self.routes.get(key)
+        if worker is None:
+            worker = min(range(len(self.workers)), key=lambda w: self.route_load[w])
+            self.routes[key] = worker
+            self.route_load[worker] += 1
+        return worker
+
+    def _start(self) -> None:
+        if not self._dispatchers:
+            loop = asyncio.get_running_loop()
+            self._dispatchers = [loop.create_task(self._dispatch(w)) for w in range(len(self.workers))]
+
+    async def _collect(self, worker: int) -> list[_Pending]:
+        """Wait for a request, then up to ``max_wait_s`` for the batch to fill; take it."""
+        queue, arrivals = self.queues[worker], self.arrivals[worker]
+        while not queue:
+            arrivals.clear()
+            await arrivals.wait()
+        await self.resumed.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        while len(queue) < self.max_batch_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            arrivals.clear()
+            try:
+                await asyncio.wait_for(arrivals.wait(), remaining)
+            except TimeoutError:
+                break
+        await self.resumed.wait()  # a pause may have come while the batch filled
+        return [queue.popleft() for _ in range(min(len(queue), self.max_batch_size))]
+
+    async def _dispatch(self, worker: int) -> None:
+        while True:
+            batch = [p for p in await self._collect(worker) if not p.future.done()]
+            if not batch:
+                continue
+            self.busy[worker] = True
+            self.idle.clear()
+            try:
+                outputs = await self.workers[worker].generate.remote([p.request for p in batch])
+            except Exception as exc:
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+            else:
+                self.stats_["batches"] += 1
+                self.stats_["batched_requests"] += len(batch)
+                requeue = []
+                for p, out in zip(batch, outputs):
+                    if out.finish_reason == "abort":
+                        requeue.append(p)
+                    elif not p.future.done():
+                        p.future.set_result(out)
+                if requeue:  # regenerated after resume, by the new weights
+                    self.stats_["requeued_aborts"] += len(requeue)
+                    self.queues[worker].extendleft(reversed(requeue))
+                    self.arrivals[worker].set()
+            finally:
+                self.busy[worker] = False
+                if not any(self.busy):
+                    self.idle.set()
+
+    # -- control ------------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Dispatch nothing new; running batches finish."""
+        self.resumed.clear()
+
+    def resume(self) -> None:
+        self.resumed.set()
+
+    async def abort(self) -> None:
+        """Pause and abort running batches; their requests are regenerated after :meth:`resume`."""
+        self.pause()
+        await asyncio.gather(*(w.abort.remote(None) for w in self.workers), return_exceptions=True)
+        await self.idle.wait()
+
+    async def update_weights(self, weights: Any, version: int, *, abort: bool = True) -> int:
+        """Weight sync: pause (and abort), wait for idle workers, load ``weights``, resume.
+
+        ``weights`` is a HF-named state dict, or ``[ObjectRef]`` of one (put it once with
+        ``ray.put``; each worker then reads the same object-store copy).
+        """
+        if abort:
+            await self.abort()
+        else:
+            self.pause()
+            await self.idle.wait()
+        payload = weights[0] if isinstance(weights, list) else weights
+        try:
+            await asyncio.gather(*(w.load_weights.remote(payload, version) for w in self.workers))
+            self.version = int(version)
+        finally:
+            self.resume()
+        return self.version
+
+    def stats(self) -> dict[str, Any]:
+        batches = max(self.stats_["batches"], 1)
+        return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
+                "queued": sum(len(q) for q in self.queues), "paused": not self.resumed.is_set(),
+                "version": self.version, "routes": len(self.routes)}

@@ -1,0 +1,278 @@
+"""The group queue: admits group-episodes, collects complete groups, serves batches.
+
+It runs as one asyncio Ray actor per rollout (train, val). Env managers ``acquire`` a
+:class:`Ticket` before a group starts an episode and ``report`` finished groups; the driver's
+``get_batch`` waits here until enough complete groups exist and takes the oldest ones (lowest
+admission serial). Because env managers only ever report complete groups, a batch can never hold
+a partial group or mix episodes.
+
+Robustness: every admitted episode is tracked with the worker that holds it. When a worker comes
+back after a crash (``attach`` with a new incarnation token) or stops answering the watchdog's
+ping, its episodes are given back and admitted again with the same seed, so a killed actor costs
+only time. A delivery that arrives after its episode was given back is still accepted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+from ray.exceptions import ActorDiedError
+
+from roll_core.rollout.admission import make_admission
+from roll_core.rollout.protocol import GroupResult, Report, Ticket
+
+logger = logging.getLogger("roll.rollout")
+
+
+class GroupQueue:
+    """See the module docstring; create with ``ray.remote(GroupQueue)``."""
+
+    def __init__(self, *, mode: str, num_groups: int, group_size: int, seed_fn: Any,
+                 async_generation_ratio: float = 0.0, version: int = 0, watchdog_interval_s: float = 5.0,
+                 watchdog_timeout_s: float = 60.0, shared: dict[str, Any] | None = None):
+        self.mode = mode
+        self.num_groups = num_groups
+        self.group_size = group_size
+        self.seed_fn = seed_fn  # (group_id, episode_id) -> env seed
+        self.max_staleness = int(async_generation_ratio)
+        self.admission = make_admission(mode, num_groups, async_generation_ratio)
+        self.version = version
+        self.pass_id = 0
+        self.serial = 0
+        self.paused = False
+        self.closed = False
+        self.ready: list[GroupResult] = []
+        self.outstanding: dict[tuple[int, int, int], tuple[int, Ticket]] = {}  # key -> (worker, ticket)
+        self.given_back: dict[tuple[int, int, int], Ticket] = {}
+        self.waiters: OrderedDict[int, tuple[int, str, asyncio.Future]] = OrderedDict()
+        self.tokens: dict[int, str] = {}
+        self.drops: dict[str, int] = defaultdict(int)
+        self.attaches: dict[int, int] = defaultdict(int)
+        self.workers: list[Any] = []
+        self._changed = asyncio.Event()
+        self._batch_lock = asyncio.Lock()
+        self._watchdog: asyncio.Task | None = None
+        self.watchdog_interval_s = watchdog_interval_s
+        self.watchdog_timeout_s = watchdog_timeout_s
+        #: handed to env managers: ``tokenizer`` (``[ObjectRef]``) and ``generate_scheduler`` (a handle)
+        self._shared = dict(shared or {})
+
+    def shared(self) -> dict[str, Any]:
+        return self._shared
+
+    # -- env managers ---------------------------------------------------------------------
+    def attach(self, worker: int, token: str) -> dict[str, Any]:
+        """A worker (re)starts; episodes held by an earlier incarnation are admitted again."""
+        previous = self.tokens.get(worker)
+        self.tokens[worker] = token
+        self.attaches[worker] += 1
+        if previous is not None and previous != token:
+            self._reclaim(worker, reason="worker_restarted")
+        return {"paused": self.paused, "version": self.version}
+
+    async def acquire(self, worker: int, token: str, group_id: int) -> Ticket | None:
+        """Wait until ``group_id`` may start an episode; ``None`` when the rollout shuts down.
+
+        A worker the watchdog took for dead but which is asking is alive: it is attached again.
+        Only a newer incarnation of the same worker makes an older one's calls void.
+        """
+        self.tokens.setdefault(worker, token)
+        if self.closed or self.tokens[worker] != token:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        old = self.waiters.pop(group_id, None)
+        if old is not None and not old[2].done():
+            old[2].set_result(None)
+        self.waiters[group_id] = (worker, token, future)
+        self._pump()
+        return await future
+
+    def report(self, worker: int, token: str, report: Report) -> None:
+        """Finished groups, given-up episodes and dropped-trajectory counts from a worker."""
+        for reason, count in report.drops.items():
+            self.drops[reason] += count
+        for release in report.releases:
+            ticket = release.ticket
+            if self.outstanding.pop(ticket.key, None) is None:
+                if self.given_back.pop(ticket.key, None) is None:
+                    continue
+                self.admission.forget(ticket.group_id, ticket.episode_id)
+            if ticket.pass_id == self.pass_id:
+                self.admission.released(ticket.group_id, ticket.episode_id)
+        for group in report.groups:
+            self._accept(group)
+        self._pump()
+        self._changed.set()
+
+    def _accept(self, group: GroupResult) -> None:
+        key = group.ticket.key
+        if self.outstanding.pop(key, None) is None:
+            if self.given_back.pop(key, None) is None:
+                self.drops["duplicate"] += len(group.trajectories)
+                return
+            self.admission.forget(group.ticket.group_id, group.ticket.episode_id)
+        self.ready.append(group)
+
+    # -- admission ------------------------------------------------------------------------
+    def _busy(self) -> int:
+        return len(self.outstanding) + len(self.ready)
+
+    def _pump(self) -> None:
+        if self.paused or self.closed:
+            return
+        for group_id in list(self.waiters):
+            worker, token, future = self.waiters[group_id]
+            if future.done() or self.tokens.get(worker) != token:
+                del self.waiters[group_id]
+                if not future.done():
+                    future.set_result(None)
+                continue
+            if not self.admission.allows(group_id, self._busy()):
+                continue
+            del self.waiters[group_id]
+            episode = self.admission.take_episode(group_id)
+            self.serial += 1
+            ticket = Ticket(group_id=group_id, episode_id=episode, seed=self.seed_fn(group_id, episode),
+                            version=self.version, pass_id=self.pass_id, serial=self.serial)
+            self.given_back.pop(ticket.key, None)
+            self.outstanding[ticket.key] = (worker, ticket)
+            future.set_result(ticket)
+
+    def _reclaim(self, worker: int, *, reason: str, dead: bool = False) -> int:
+        """Give back every episode ``worker`` holds; returns how many. A ``dead`` worker is detached."""
+        keys = [key for key, (holder, _) in self.outstanding.items() if holder == worker]
+        for key in keys:
+            _, ticket = self.outstanding.pop(key)
+            self.given_back[key] = ticket
+            self.admission.give_back(ticket.group_id, ticket.episode_id)
+        if keys:
+            self.drops[reason] += len(keys) * self.group_size
+            logger.warning("rollout %s: worker %d lost %d in-flight group episodes (%s); re-admitting them",
+                           self.mode, worker, len(keys), reason)
+        if dead:  # its blocked acquire calls have no caller any more
+            self.tokens.pop(worker, None)
+        self._pump()
+        return len(keys)
+
+    # -- the driver -------------------------------------------------------------------------
+    async def get_batch(self, num_groups: int, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for ``num_groups`` complete groups; return the oldest, with drop counts since last time."""
+        async with self._batch_lock:
+            started = time.monotonic()
+            if self.admission.per_pass:
+                self._start_pass()
+            self.admission.start_request(num_groups)
+            self._pump()
+            try:
+                await asyncio.wait_for(self._wait_for(num_groups), timeout)
+            except TimeoutError:
+                self.admission.end_request(num_groups)
+                return {"groups": None, "status": self._status(), "waited_s": time.monotonic() - started}
+            self.ready.sort(key=lambda g: g.ticket.serial)
+            groups, self.ready = self.ready[:num_groups], self.ready[num_groups:]
+            self.admission.end_request(num_groups)
+            self._pump()
+            if self.admission.per_pass:
+                groups.sort(key=lambda g: (g.ticket.episode_id, g.ticket.group_id))
+            drops, self.drops = dict(self.drops), defaultdict(int)
+            return {"groups": groups, "drops": drops, "pass_id": self.pass_id,
+                    "waited_s": time.monotonic() - started}
+
+    async def _wait_for(self, num_groups: int) -> None:
+        while True:
+            self._drop_stale()
+            if len(self.ready) >= num_groups:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _drop_stale(self) -> None:
+        """Drop complete groups whose oldest turn is more than ``max_staleness`` versions behind."""
+        bound = self.version - self.max_staleness
+        stale = [g for g in self.ready if g.min_version < bound]
+        if stale:
+            self.ready = [g for g in self.ready if g.min_version >= bound]
+            self.drops["stale"] += sum(len(g.trajectories) for g in stale)
+
+    def _start_pass(self) -> None:
+        """Validation: forget the previous pass; the next one replays the same (group, episode) pairs."""
+        self.pass_id += 1
+        leftovers = sum(len(g.trajectories) for g in self.ready)
+        if leftovers:
+            self.drops["stale"] += leftovers
+        self.ready = []
+        self.outstanding.clear()
+        self.given_back.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Episode counters, version and pass: what a resumed run needs to replay the same seeds."""
+        return {"next_episode": list(self.admission.next_episode),
+                "returned": [list(r) for r in self.admission.returned],
+                "version": self.version, "pass_id": self.pass_id, "serial": self.serial}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (before the first ``get_batch``; anything in flight is forgotten)."""
+        if len(state["next_episode"]) != self.num_groups:
+            raise ValueError(f"the checkpoint has {len(state['next_episode'])} env groups, this rollout "
+                             f"{self.num_groups}; the env-manager config changed")
+        self.admission.next_episode = [int(e) for e in state["next_episode"]]
+        for group_id, episodes in enumerate(state.get("returned") or []):
+            self.admission.returned[group_id] = deque(int(e) for e in episodes)
+        self.version = int(state.get("version", self.version))
+        self.pass_id = int(state.get("pass_id", self.pass_id))
+        self.serial = int(state.get("serial", 0))
+        self.ready, self.outstanding, self.given_back = [], {}, {}
+
+    def set_version(self, version: int) -> None:
+        self.version = int(version)
+        self._changed.set()
+
+    def pause(self) -> None:
+        """Admit no new episodes (running ones finish)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def close(self) -> None:
+        self.closed = True
+        for _, _, future in self.waiters.values():
+            if not future.done():
+                future.set_result(None)
+        self.waiters.clear()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    def _status(self) -> dict[str, Any]:
+        return {"ready_groups": len(self.ready), "in_flight_groups": len(self.outstanding),
+                "waiting_groups": len(self.waiters), "paused": self.paused, "version": self.version,
+                "attached_workers": len(self.tokens), "drops": dict(self.drops)}
+
+    def status(self) -> dict[str, Any]:
+        return self._status()
+
+    # -- watchdog -----------------------------------------------------------------------------
+    async def set_workers(self, workers: list[Any]) -> None:
+        """Handles of the env managers, for the watchdog that finds dead ones."""
+        self.workers = list(workers)
+        if self._watchdog is None and self.watchdog_interval_s > 0:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self.closed:
+            await asyncio.sleep(self.watchdog_interval_s)
+            holders = {holder for holder, _ in self.outstanding.values()}
+            for worker in sorted(holders):
+                try:
+                    await asyncio.wait_for(self.workers[worker].ping.remote(), self.watchdog_timeout_s)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # dead, restarting or hung: its episodes are admitted again
+                    self._reclaim(worker, reason="worker_lost", dead=isinstance(exc, ActorDiedError))
+                    logger.warning("rollout %s: env manager %d did not answer (%s)", self.mode, worker,
+                                   type(exc).__name__)

@@ -1,0 +1,57 @@
+"""Rollout metrics with ROLL's names (``env/{tag}/success``, ``time/get_batch``, ...), from trajectories.
+
+Plain Python (no torch): the CLI prints these and the pipeline logs them to tensorboard.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from roll_core.rollout.trajectory import Trajectory
+
+#: per-trajectory env metrics averaged per tag as ``env/{tag}/{name}``
+ENV_METRICS = ("success", "action_is_valid", "action_is_effective", "num_steps")
+#: drop reasons that are not lost work (a late duplicate delivery of an already-counted episode)
+NOT_DROPS = ("duplicate",)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
+                    drops: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Metrics of one batch: env metrics per tag, lengths, throughput, dropped trajectories."""
+    metrics: dict[str, float] = {}
+    by_tag: dict[str, list[Trajectory]] = defaultdict(list)
+    for traj in trajectories:
+        by_tag[traj.tag].append(traj)
+    for tag, trajs in sorted(by_tag.items()):
+        for name in ENV_METRICS:
+            metrics[f"env/{tag}/{name}"] = _mean([t.metrics.get(name, 0.0) for t in trajs])
+        metrics[f"env/{tag}/episode_reward"] = _mean([t.episode_reward for t in trajs])
+    lengths = [t.response_length for t in trajectories]
+    steps = sum(t.num_steps for t in trajectories)
+    elapsed = max(elapsed_s, 1e-9)
+    metrics.update({
+        "rollout/response_length/mean": _mean(lengths),
+        "rollout/response_length/max": float(max(lengths, default=0)),
+        "rollout/response_length/min": float(min(lengths, default=0)),
+        "rollout/episode_reward/mean": _mean([t.episode_reward for t in trajectories]),
+        "rollout/num_steps/mean": _mean([t.num_steps for t in trajectories]),
+        "rollout/truncated_ratio": _mean([float(t.truncated) for t in trajectories]),
+        "rollout/trajectories": float(len(trajectories)),
+        "rollout/env_steps": float(steps),
+        "rollout/trajectories_per_s": len(trajectories) / elapsed,
+        "rollout/env_steps_per_s": steps / elapsed,
+        "rollout/template_mismatch": float(sum(t.template_mismatches for t in trajectories)),
+        "rollout/policy_version/min": float(min((t.min_version for t in trajectories), default=-1)),
+        "rollout/policy_version/max": float(max((t.max_version for t in trajectories), default=-1)),
+        "time/get_batch": float(elapsed_s),
+    })
+    drops = {k: v for k, v in (drops or {}).items() if k not in NOT_DROPS}
+    metrics["rollout/dropped_trajectories"] = float(sum(drops.values()))
+    for reason, count in sorted(drops.items()):
+        metrics[f"rollout/dropped_trajectories/{reason}"] = float(count)
+    return metrics
