@@ -1,0 +1,148 @@
+"""Metrics of a run: TensorBoard scalars, a one-line progress report per step, a learning curve.
+
+The tracker keeps the whole scalar history in memory (a few hundred numbers per step), so the
+curve can be redrawn at every evaluation and the history survives a resume through
+:meth:`MetricsTracker.state_dict` (the curve of a resumed run shows the steps before the kill too).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+#: (label in the progress line, metric key, format); missing keys are left out of the line
+PROGRESS_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("val_success", "val/success", "{:.2f}"),
+    ("success", "train/success", "{:.2f}"),
+    ("reward", "train/reward_mean", "{:+.3f}"),
+    ("resp_len", "train/response_length", "{:.1f}"),
+    ("loss", "actor/pg_loss", "{:+.4f}"),
+)
+
+#: series drawn by the learning curve: (metric key, label, axis) — axis 0: success, 1: reward
+CURVE_SERIES: tuple[tuple[str, str, int], ...] = (
+    ("val/success", "validation success (unseen maps)", 0),
+    ("train/success", "train success", 0),
+    ("train/reward_mean", "train reward mean", 1),
+)
+
+
+class MetricsTracker:
+    """TensorBoard writer + in-memory history + progress line + learning-curve PNG."""
+
+    def __init__(self, logging_dir: str | None, *, title: str = "", stream=None):
+        self.logging_dir = logging_dir
+        self.title = title
+        self.stream = stream or sys.stdout
+        self.history: list[dict[str, float]] = []  # one dict per logged step, with "step"
+        self._writer = None
+        if logging_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            os.makedirs(logging_dir, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=logging_dir)
+
+    # -- logging -------------------------------------------------------------------------
+    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """Record the scalars of ``step`` (non-finite and non-numeric values are skipped)."""
+        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
+        if self._writer is not None:
+            for key, value in scalars.items():
+                self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+        entry = {"step": float(step), **scalars}
+        if self.history and self.history[-1]["step"] == step:  # validation added to the same step
+            self.history[-1].update(entry)
+        else:
+            self.history.append(entry)
+        return scalars
+
+    def progress_line(self, step: int, max_steps: int, metrics: Mapping[str, Any],
+                      timings: Mapping[str, float]) -> str:
+        """``step 3/40 | val_success 0.25 | success 0.31 | ... | time 4.1s (rollout 2.0 ...)``."""
+        width = len(str(max_steps))
+        parts = [f"step {step:>{width}}/{max_steps}"]
+        for label, key, fmt in PROGRESS_FIELDS:
+            if key in metrics and _is_scalar(metrics[key]):
+                parts.append(f"{label} {fmt.format(float(metrics[key]))}")
+        total = timings.get("step", sum(timings.values()))
+        phases = " ".join(f"{k} {v:.1f}" for k, v in timings.items() if k != "step")
+        parts.append(f"time {total:.1f}s ({phases})" if phases else f"time {total:.1f}s")
+        return " | ".join(parts)
+
+    def print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    # -- learning curve ------------------------------------------------------------------
+    def plot(self, path: str) -> str | None:
+        """Draw success and reward against the step into ``path`` (PNG); None when nothing to draw."""
+        series = []
+        for key, label, axis in CURVE_SERIES:
+            points = [(e["step"], e[key]) for e in self.history if key in e]
+            if points:
+                series.append((label, axis, points))
+        if not series:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        from matplotlib import pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+        reward_ax = None
+        styles = {"validation success (unseen maps)": dict(marker="o", linewidth=2.2, color="tab:blue"),
+                  "train success": dict(linewidth=1.2, alpha=0.7, color="tab:green"),
+                  "train reward mean": dict(linewidth=1.0, alpha=0.5, color="tab:orange", linestyle="--")}
+        lines = []
+        for label, axis, points in series:
+            xs, ys = zip(*points)
+            target = ax
+            if axis == 1:
+                reward_ax = reward_ax or ax.twinx()
+                target = reward_ax
+            lines += target.plot(xs, ys, label=label, **styles.get(label, {}))
+        ax.set_xlabel("training step")
+        ax.set_ylabel("success rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if reward_ax is not None:
+            reward_ax.set_ylabel("reward")
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8)
+        if self.title:
+            ax.set_title(self.title, fontsize=10)
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = path + ".tmp.png"
+        fig.savefig(tmp)
+        plt.close(fig)
+        os.replace(tmp, path)
+        return path
+
+    # -- resume --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [dict(e) for e in self.history]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.history = [dict(e) for e in state.get("history", [])]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int | float):
+        return math.isfinite(value)
+    item = getattr(value, "item", None)  # 0-d tensors / numpy scalars
+    if item is not None and getattr(value, "ndim", 1) == 0:
+        try:
+            return math.isfinite(float(item()))
+        except (TypeError, ValueError):
+            return False
+    return False

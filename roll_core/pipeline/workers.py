@@ -1,0 +1,243 @@
+"""Ray actors hosting the pipeline's train strategies: ``actor_train``, ``critic``, ``reference``.
+
+One class, :class:`TrainWorker`, serves the three roles; what differs per role is a row of
+:data:`ROLES` (which worker section, which registration target, trainable or not), never an
+if/elif on a config string. The strategy class comes from the registry by
+``strategy_args.strategy_name``, which every worker process rebuilds for itself
+(:func:`roll_core.plugins.get_registry`): plugins are discovered in the worker, nothing about
+them is pickled.
+
+Batches travel as plain dicts of CPU tensors (and per-row lists). The loss functions are built
+here, in the worker, from the config through the algorithms' entry points, so the driver ships
+data, not closures. ``ppo_epochs`` and the split into optimiser steps also happen here, so a
+batch crosses the process boundary once per step.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from roll_core.errors import ConfigError, PluginError
+
+
+@dataclass(frozen=True)
+class Role:
+    """How one pipeline role builds its strategy."""
+
+    section: str  # worker section of the config
+    target_option: str | None  # registration option naming the class (None: the registration's target)
+    trainable: bool
+    model_attr: str  # top-level config field the model falls back to
+
+
+#: role -> how it is built. The critic uses the train strategy's ``critic`` option (a value-head
+#: model), as ROLL selects the critic backend by the same strategy name as the actor.
+ROLES: dict[str, Role] = {
+    "actor_train": Role("actor_train", None, True, "pretrain"),
+    "critic": Role("critic", "critic", True, "reward_pretrain"),
+    "reference": Role("reference", None, False, "pretrain"),
+}
+
+
+def import_target(target: str) -> Any:
+    """``"package.module:Attr"`` -> the object."""
+    module_name, _, attr = target.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def strategy_class(config: Any, role: str, registry: Any = None) -> Any:
+    """The strategy class for ``role``, looked up in this process's registry."""
+    if registry is None:
+        from roll_core.plugins import get_registry
+
+        registry = get_registry()
+    spec = ROLES[role]
+    section = getattr(config, spec.section)
+    name = section.strategy_args.strategy_name
+    reg = registry.get("strategy", name, config_key=f"{spec.section}.strategy_args.strategy_name")
+    if spec.target_option is None:
+        return reg.load()
+    target = reg.options.get(spec.target_option)
+    if not target:
+        raise PluginError(
+            f"{spec.section}.strategy_args.strategy_name is {name!r}, but that strategy provides no "
+            f"{spec.target_option} model (its registration has no {spec.target_option!r} option)."
+        )
+    return import_target(target)
+
+
+def model_path(config: Any, role: str) -> str:
+    spec = ROLES[role]
+    section = getattr(config, spec.section)
+    path = section.model_args.model_name_or_path or getattr(config, spec.model_attr) or config.pretrain
+    if not path:
+        raise ConfigError(f"{spec.section}.model_args.model_name_or_path is not set (and neither is "
+                          f"{spec.model_attr}).")
+    return path
+
+
+def build_strategy(config: Any, role: str, *, num_training_steps: int | None = None, registry: Any = None):
+    """Instantiate ``role``'s strategy from its worker section (in the calling process)."""
+    spec = ROLES[role]
+    cls = strategy_class(config, role, registry)
+    factory = getattr(cls, "from_worker_config", None)
+    if factory is None:
+        raise PluginError(f"The strategy class {cls.__module__}.{cls.__qualname__} has no from_worker_config("
+                          "worker_config, pretrain, seed, **overrides) constructor, which the pipeline uses.")
+    overrides: dict[str, Any] = {}
+    if spec.trainable:
+        overrides["num_training_steps"] = num_training_steps
+    else:
+        overrides["trainable"] = False
+    return factory(getattr(config, spec.section), model_path(config, role), int(config.seed), **overrides)
+
+
+def _sft_loss(micro_batch, log_probs, _entropy, *, normalisers):
+    """Negative log-likelihood of the response tokens, ``seq-mean-token-mean`` over the global batch."""
+    from roll_core.algorithms import agg_loss, label_mask
+
+    mask = label_mask(micro_batch).to(log_probs.dtype)
+    loss = agg_loss(-log_probs, mask, "seq-mean-token-mean", normalisers=normalisers)
+    return loss, {}
+
+
+class TrainWorker:
+    """One strategy in its own process (a Ray actor); see the module docstring."""
+
+    def __init__(self, config: Any, role: str, *, num_training_steps: int | None = None,
+                 num_threads: int | None = None):
+        import torch
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        self.config = config
+        self.role = role
+        self.strategy = build_strategy(config, role, num_training_steps=num_training_steps)
+
+    def ready(self) -> dict[str, Any]:
+        return {"role": self.role, "pid": os.getpid(), "mini_batch_size": self.mini_batch_size()}
+
+    def mini_batch_size(self) -> int:
+        return int(getattr(self.strategy, "mini_batch_size", 0) or 0)
+
+    # -- forward passes ----------------------------------------------------------------------
+    def compute_log_probs(self, batch: dict[str, Any]):
+        log_probs, _ = self.strategy.compute_log_probs(batch)
+        return log_probs
+
+    def compute_values(self, batch: dict[str, Any]):
+        return self.strategy.compute_values(batch)
+
+    # -- training ----------------------------------------------------------------------------
+    def train_actor(self, batch: dict[str, Any], *, epochs: int, shuffle_seed: int) -> dict[str, float]:
+        """``epochs`` passes over ``batch``, one optimiser step per mini-batch; mean metrics.
+
+        Without ``old_log_probs`` in the batch (no recompute needed: one optimiser step in all),
+        the first forward's detached log-probs are pi_old, so the ratio is 1 (ALGORITHMS.md §6.1).
+        """
+        from roll_core.algorithms import Normalisers, label_mask, make_actor_loss_fn
+
+        needs_entropy = float(self.config.entropy_loss_coef) > 0  # a full-vocabulary softmax per token
+
+        def step(mini):
+            base = make_actor_loss_fn(self.config, Normalisers.from_mask(label_mask(mini)))
+
+            def loss_fn(micro, log_probs, entropy):
+                if "old_log_probs" not in micro:
+                    micro = {**micro, "old_log_probs": log_probs.detach()}
+                return base(micro, log_probs, entropy)
+
+            loss_fn.needs_entropy = needs_entropy
+            return self.strategy.train_step(mini, loss_fn)
+
+        return self._epochs(batch, epochs, shuffle_seed, step, prefix="actor/")
+
+    def train_critic(self, batch: dict[str, Any], *, shuffle_seed: int) -> dict[str, float]:
+        """One epoch of value regression on ``returns`` (§6.6)."""
+        from roll_core.algorithms import Normalisers, label_mask, make_critic_loss_fn
+
+        def step(mini):
+            return self.strategy.train_step(mini, make_critic_loss_fn(self.config, Normalisers.from_mask(
+                label_mask(mini))))
+
+        return self._epochs(batch, 1, shuffle_seed, step, prefix="critic/")
+
+    def train_sft(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One optimiser step of supervised learning on the response tokens (the format warm start)."""
+        from functools import partial
+
+        from roll_core.algorithms import Normalisers, label_mask
+
+        loss_fn = partial(_sft_loss, normalisers=Normalisers.from_mask(label_mask(batch)))
+        metrics = self.strategy.train_step(batch, loss_fn)
+        # the loss function reports each micro-batch's share; the step's NLL is their sum
+        return {"sft/nll": metrics["loss"], "sft/grad_norm": metrics["grad_norm"], "sft/lr": metrics["lr"]}
+
+    def _epochs(self, batch, epochs, shuffle_seed, step, *, prefix: str) -> dict[str, float]:
+        import torch
+
+        size = len(batch["input_ids"])
+        mini = self.mini_batch_size() or size
+        sums: dict[str, float] = {}
+        count = 0
+        for epoch in range(epochs):
+            order = torch.arange(size)
+            if epochs > 1 or mini < size:  # seeded, so a resumed run shuffles identically
+                gen = torch.Generator().manual_seed(int(shuffle_seed) * 1000 + epoch)
+                order = torch.randperm(size, generator=gen)
+            for start in range(0, size, mini):
+                rows = order[start : start + mini]
+                metrics = step(take_rows(batch, rows, size))
+                count += 1
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+        out = {}
+        for key, value in sums.items():
+            name = key if "/" in key else prefix + key
+            out[name] = value / max(count, 1)
+        out[prefix + "optimizer_steps"] = float(count)
+        return {k: v for k, v in out.items() if math.isfinite(v)}
+
+    # -- weights and checkpoints ----------------------------------------------------------------
+    def export_weights(self) -> dict[str, Any]:
+        return self.strategy.export_weights()
+
+    def save_checkpoint(self, path: str) -> None:
+        self.strategy.save_checkpoint(path)
+
+    def save_model(self, path: str) -> str:
+        """The weights as a model directory other workers can start from (written atomically)."""
+        import shutil
+
+        tmp = path + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.strategy.save_checkpoint(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self, path: str) -> None:
+        self.strategy.load_checkpoint(path)
+
+
+def take_rows(batch: dict[str, Any], rows, size: int) -> dict[str, Any]:
+    """The rows ``rows`` (a LongTensor of indices) of every per-row entry of ``batch``."""
+    import torch
+
+    out: dict[str, Any] = {}
+    index = rows.tolist()
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == size:
+            out[key] = value.index_select(0, rows)
+        elif isinstance(value, (list, tuple)) and len(value) == size:
+            out[key] = [value[i] for i in index]
+        else:
+            out[key] = value
+    return out
