@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from roll_core.errors import ConfigError, RollError
+from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.hf_common import (
     load_state_dict_checked,
@@ -40,8 +40,8 @@ from roll_core.strategies.hf_train import (
     positions,
     read_safetensors_dir,
     validate_batch,
-    worker_kwargs,
 )
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 #: ``value_loss_fn(micro_batch, values) -> (loss, metrics)``
@@ -68,14 +68,13 @@ class HFCriticStrategy(OptimizedModel):
     """Value model training for GAE (see the module docstring); same arguments as ``hf_train``'s actor.
 
     Args:
-        pretrain, seed, dtype, attn_implementation, device, cache_dir, learning_rate, weight_decay,
-        adam_betas, adam_epsilon, max_grad_norm, warmup_steps, warmup_ratio, lr_scheduler_type,
-        lr_scheduler_kwargs, num_training_steps, per_device_train_batch_size, gradient_accumulation_steps,
-        infer_batch_size, gradient_checkpointing, num_threads: as for
-        :class:`roll_core.strategies.hf_train.HFTrainStrategy`.
+        pretrain, seed, dtype, attn_implementation, device, cache_dir, gradient_checkpointing,
+        settings, **training: as for :class:`roll_core.strategies.hf_train.HFTrainStrategy`; built
+        directly, the learning rate defaults to :data:`DEFAULT_SETTINGS`' 1e-5.
     """
 
     trainable = True
+    DEFAULT_SETTINGS = OptimizerSettings(learning_rate=1e-5)
 
     def __init__(
         self,
@@ -86,28 +85,14 @@ class HFCriticStrategy(OptimizedModel):
         attn_implementation: str | None = None,
         device: str | None = None,
         cache_dir: str | None = None,
-        learning_rate: float = 1e-5,
-        weight_decay: float = 0.0,
-        adam_betas: tuple[float, float] = (0.9, 0.999),
-        adam_epsilon: float = 1e-8,
-        max_grad_norm: float | None = 1.0,
-        warmup_steps: int | float = 0,
-        warmup_ratio: float = 0.0,
-        lr_scheduler_type: str = "constant",
-        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
-        num_training_steps: int | None = None,
-        per_device_train_batch_size: int = 1,
-        gradient_accumulation_steps: int = 1,
-        infer_batch_size: int | None = None,
         gradient_checkpointing: bool = False,
-        num_threads: int | None = None,
+        settings: OptimizerSettings | None = None,
+        **training: Any,
     ):
-        set_num_threads(num_threads)
+        self.settings = resolve_settings(type(self).__name__, settings, training, self.DEFAULT_SETTINGS)
+        set_num_threads(self.settings.num_threads)
         from transformers import AutoModel
 
-        if per_device_train_batch_size < 1 or gradient_accumulation_steps < 1:
-            raise ConfigError("critic.training_args: per_device_train_batch_size and "
-                              "gradient_accumulation_steps must be >= 1.")
         torch.manual_seed(seed)
         self.device = resolve_device(device)
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
@@ -120,24 +105,12 @@ class HFCriticStrategy(OptimizedModel):
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = ValueModel(backbone).to(self.device)
-        self.per_device_train_batch_size = int(per_device_train_batch_size)
-        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
-        self._setup_optimizer(
-            learning_rate=learning_rate, weight_decay=weight_decay, adam_betas=adam_betas,
-            adam_epsilon=adam_epsilon, max_grad_norm=max_grad_norm, warmup_steps=warmup_steps,
-            warmup_ratio=warmup_ratio, lr_scheduler_type=lr_scheduler_type,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, num_training_steps=num_training_steps,
-        )
+        self._setup_optimizer()
 
     @classmethod
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFCriticStrategy:
         """Build from a ``critic`` worker config (the same ROLL fields as the actor's)."""
-        return cls(pretrain, **worker_kwargs(cls, worker_config, seed, "critic", overrides))
-
-    @property
-    def mini_batch_size(self) -> int:
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        return cls(pretrain, **train_worker_kwargs(cls, worker_config, seed, "critic", overrides))
 
     def compute_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
         """Label-aligned values ``[B, L-1]`` (masked by ``response_mask[:, 1:]``), on CPU."""
@@ -147,7 +120,7 @@ class HFCriticStrategy(OptimizedModel):
         self.model.eval()
         with torch.no_grad():
             start = 0
-            for mb, rows, width in micro_batches(batch, self.infer_batch_size, self.device):
+            for mb, rows, width in micro_batches(batch, self.settings.forward_batch_size, self.device):
                 values[start : start + rows, : width - 1] = self._values(mb).float().cpu()
                 start += rows
         return values
@@ -155,8 +128,7 @@ class HFCriticStrategy(OptimizedModel):
     def train_step(self, batch: Mapping[str, Any], loss_fn: ValueLossFn) -> dict[str, float]:
         """One optimiser step over ``batch`` with ``loss_fn(micro_batch, values)``."""
         validate_batch(batch)
-        return self._optimizer_step(batch, self.per_device_train_batch_size,
-                                    lambda mb: loss_fn(mb, self._values(mb)))
+        return self._optimizer_step(batch, lambda mb: loss_fn(mb, self._values(mb)))
 
     def save_checkpoint(self, path: str) -> None:
         from safetensors.torch import save_file

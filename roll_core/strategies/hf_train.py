@@ -12,7 +12,9 @@ Decisions, and why:
   loss by *global* normalisers (ALGORITHMS.md §6.5), so the update does not depend on how the
   batch is split (a test pins this). ``gradient_accumulation_steps`` therefore only defines the
   mini-batch the pipeline should hand over: :attr:`mini_batch_size` =
-  ``per_device_train_batch_size * gradient_accumulation_steps``.
+  ``per_device_train_batch_size * gradient_accumulation_steps``. These numbers, and the optimiser's,
+  are one :class:`~roll_core.strategies.settings.OptimizerSettings` shared with the other train
+  strategies.
 * **Padding is trimmed per micro-batch.** Rows are right-padded to the batch's longest row; each
   micro-batch runs at its own longest row (tensors of width ``L`` are cut to ``l`` and
   label-aligned ones of width ``L-1`` to ``l-1``), which matters on CPU where agentic rows vary a lot
@@ -32,7 +34,6 @@ Decisions, and why:
 from __future__ import annotations
 
 import glob
-import math
 import os
 import random
 from collections.abc import Iterator, Mapping
@@ -45,8 +46,6 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import LossFn, TrainStrategy
 from roll_core.strategies.hf_common import (
-    apply_strategy_config,
-    cfg_get,
     load_causal_lm,
     load_state_dict_checked,
     resolve_attn_implementation,
@@ -54,6 +53,7 @@ from roll_core.strategies.hf_common import (
     set_num_threads,
     torch_dtype,
 )
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 
 TRAINER_STATE = "trainer_state.pt"
 REQUIRED_KEYS = ("input_ids", "attention_mask", "response_mask")
@@ -69,14 +69,15 @@ class OptimizedModel:
     model: Any
     device: Any
     trainable: bool
+    settings: OptimizerSettings
 
-    def _setup_optimizer(self, *, learning_rate: float, weight_decay: float, adam_betas: tuple[float, float],
-                         adam_epsilon: float, max_grad_norm: float | None, warmup_steps: int | float,
-                         warmup_ratio: float, lr_scheduler_type: str, lr_scheduler_kwargs: Mapping | None,
-                         num_training_steps: int | None) -> None:
-        from transformers import SchedulerType, get_scheduler
+    @property
+    def mini_batch_size(self) -> int:
+        """Rows the pipeline should pass to one ``train_step`` (one optimiser step)."""
+        return self.settings.mini_batch_size
 
-        self.max_grad_norm = max_grad_norm
+    def _setup_optimizer(self) -> None:
+        s = self.settings
         self.global_step = 0
         self.skipped_steps = 0
         decay, no_decay = [], []
@@ -84,24 +85,12 @@ class OptimizedModel:
             if p.requires_grad:
                 (decay if p.dim() >= 2 else no_decay).append(p)
         self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=learning_rate, betas=tuple(adam_betas), eps=adam_epsilon,
+            [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=s.learning_rate, betas=s.adam_betas, eps=s.adam_epsilon,
         )
-        choices = [s.value for s in SchedulerType]
-        if lr_scheduler_type not in choices:
-            raise ConfigError(f"training_args.lr_scheduler_type: unknown {lr_scheduler_type!r}; use one of "
-                              f"{', '.join(choices)}.")
-        warmup = warmup_step_count(warmup_steps, warmup_ratio, num_training_steps)
-        try:
-            self.scheduler = get_scheduler(lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
-                                           num_training_steps=num_training_steps,
-                                           scheduler_specific_kwargs=dict(lr_scheduler_kwargs or {}))
-        except ValueError as exc:
-            raise ConfigError(f"training_args.lr_scheduler_type {lr_scheduler_type!r}: {exc} (the pipeline "
-                              "passes num_training_steps from max_steps).") from exc
+        self.scheduler = s.lr_scheduler(self.optimizer)
 
-    def _optimizer_step(self, batch: Mapping[str, Any], micro_batch_size: int,
-                        run_micro: Any) -> dict[str, float]:
+    def _optimizer_step(self, batch: Mapping[str, Any], run_micro: Any) -> dict[str, float]:
         """Backward every micro-batch (``run_micro(mb) -> (loss, metrics)``), clip, step once."""
         if not self.trainable:
             raise RollError(f"{type(self).__name__} was built with trainable=False (a reference model); "
@@ -109,7 +98,7 @@ class OptimizedModel:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, metric_sums, rows_seen = 0.0, {}, 0
-        for mb, rows, _ in micro_batches(batch, micro_batch_size, self.device):
+        for mb, rows, _ in micro_batches(batch, self.settings.per_device_train_batch_size, self.device):
             loss, metrics = run_micro(mb)
             loss.backward()
             total_loss += float(loss.detach())
@@ -117,7 +106,8 @@ class OptimizedModel:
             for key, value in (metrics or {}).items():
                 metric_sums[key] = metric_sums.get(key, 0.0) + float(value) * rows
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        limit = self.max_grad_norm if self.max_grad_norm and self.max_grad_norm > 0 else float("inf")
+        max_norm = self.settings.max_grad_norm
+        limit = max_norm if max_norm and max_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
         lr = float(self.scheduler.get_last_lr()[0])
         if np.isfinite(grad_norm):
@@ -172,19 +162,14 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         pretrain: anything :func:`roll_core.models.resolve_pretrain` accepts.
         seed: seeds a tiny model's init (via ``resolve_pretrain``) and torch's global RNG.
         dtype, attn_implementation, device, cache_dir: as for ``hf_infer``.
-        learning_rate, weight_decay, adam_betas, adam_epsilon, max_grad_norm, warmup_steps,
-        warmup_ratio, lr_scheduler_type, lr_scheduler_kwargs, num_training_steps: the optimiser and
-            schedule (HF TrainingArguments names and meanings: ``warmup_steps`` < 1 is a fraction of
-            ``num_training_steps``, as is ``warmup_ratio``); ``max_grad_norm`` None or <= 0 disables
-            clipping (the norm is still reported).
-        per_device_train_batch_size: rows per micro-batch in :meth:`train_step`.
-        gradient_accumulation_steps: only sets :attr:`mini_batch_size` (see the module docstring).
-        infer_batch_size: rows per micro-batch in :meth:`compute_log_probs` (default: the train one).
         gradient_checkpointing: recompute activations in backward (ROLL enables it unless
             ``model_args.disable_gradient_checkpointing``).
         logits_temperature: logits are divided by it before log-softmax (match the sampler's T).
         trainable: False builds a reference model: eval mode, frozen, no optimizer.
-        num_threads: torch intra-op threads for this process (see ``hf_common.set_num_threads``).
+        settings: the optimiser, schedule, micro-batch sizes and threads (see
+            :class:`~roll_core.strategies.settings.OptimizerSettings`).
+        **training: :class:`OptimizerSettings` fields by name (``learning_rate=1e-3``), applied over
+            ``settings``.
     """
 
     def __init__(
@@ -196,28 +181,14 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         attn_implementation: str | None = None,
         device: str | None = None,
         cache_dir: str | None = None,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam_betas: tuple[float, float] = (0.9, 0.999),
-        adam_epsilon: float = 1e-8,
-        max_grad_norm: float | None = 1.0,
-        warmup_steps: int | float = 0,
-        warmup_ratio: float = 0.0,
-        lr_scheduler_type: str = "constant",
-        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
-        num_training_steps: int | None = None,
-        per_device_train_batch_size: int = 1,
-        gradient_accumulation_steps: int = 1,
-        infer_batch_size: int | None = None,
         gradient_checkpointing: bool = False,
         logits_temperature: float = 1.0,
         trainable: bool = True,
-        num_threads: int | None = None,
+        settings: OptimizerSettings | None = None,
+        **training: Any,
     ):
-        set_num_threads(num_threads)
-        if per_device_train_batch_size < 1 or gradient_accumulation_steps < 1:
-            raise ConfigError("training_args: per_device_train_batch_size and gradient_accumulation_steps "
-                              "must be >= 1.")
+        self.settings = resolve_settings(type(self).__name__, settings, training)
+        set_num_threads(self.settings.num_threads)
         if logits_temperature <= 0:
             raise ConfigError(f"logits_temperature must be > 0, got {logits_temperature}.")
         torch.manual_seed(seed)
@@ -227,20 +198,12 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         attn = resolve_attn_implementation(attn_implementation, self.device)
         self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device)
         self.trainable = trainable
-        self.per_device_train_batch_size = int(per_device_train_batch_size)
-        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
         self.logits_temperature = float(logits_temperature)
         self.model.config.use_cache = False
         if trainable:
             if gradient_checkpointing:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            self._setup_optimizer(
-                learning_rate=learning_rate, weight_decay=weight_decay, adam_betas=adam_betas,
-                adam_epsilon=adam_epsilon, max_grad_norm=max_grad_norm, warmup_steps=warmup_steps,
-                warmup_ratio=warmup_ratio, lr_scheduler_type=lr_scheduler_type,
-                lr_scheduler_kwargs=lr_scheduler_kwargs, num_training_steps=num_training_steps,
-            )
+            self._setup_optimizer()
         else:
             self.model.eval().requires_grad_(False)
             self.global_step, self.skipped_steps = 0, 0
@@ -249,21 +212,14 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFTrainStrategy:
         """Build from an ``actor_train`` / ``reference`` worker config (ROLL names, duck-typed).
 
-        Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}``,
-        ``training_args.{learning_rate, weight_decay, per_device_train_batch_size,
-        gradient_accumulation_steps, warmup_steps, lr_scheduler_type, max_grad_norm,
-        adam_beta1, adam_beta2, adam_epsilon}``, ``infer_batch_size``, and merges
+        Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}``, the
+        settings (:meth:`OptimizerSettings.from_worker_config`), and merges
         ``strategy_args.strategy_config``. Pass ``num_training_steps`` (and ``trainable=False``
         for a reference) as overrides.
         """
-        return cls(pretrain, **worker_kwargs(cls, worker_config, seed, "actor_train", overrides))
+        return cls(pretrain, **train_worker_kwargs(cls, worker_config, seed, "actor_train", overrides))
 
     # -- TrainStrategy ----------------------------------------------------------------------
-    @property
-    def mini_batch_size(self) -> int:
-        """Rows the pipeline should pass to one :meth:`train_step` (one optimiser step)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
-
     def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
         """``(log_probs [B, L-1], entropy [B, L-1] or None)``, masked by ``response_mask[:, 1:]``, on CPU."""
         validate_batch(batch)
@@ -275,7 +231,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         try:
             with torch.no_grad():
                 start = 0
-                for mb, rows, width in micro_batches(batch, self.infer_batch_size, self.device):
+                for mb, rows, width in micro_batches(batch, self.settings.forward_batch_size, self.device):
                     lp, ent = self._forward_micro(mb, with_entropy)
                     log_probs[start : start + rows, : width - 1] = lp.float().cpu()
                     if entropy is not None:
@@ -298,7 +254,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
             lp, ent = self._forward_micro(mb, want_entropy)
             return loss_fn(mb, lp, ent)
 
-        return self._optimizer_step(batch, self.per_device_train_batch_size, run)
+        return self._optimizer_step(batch, run)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         """HF-named CPU copies of every weight (tied names included), safe to hand to another process."""
@@ -320,46 +276,6 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
                             position_ids=positions(mb["attention_mask"])).logits
         return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
                                with_entropy)
-
-
-def worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str, overrides: Mapping[str, Any]) -> dict:
-    """Constructor kwargs from a worker config's ROLL fields (shared by actor, reference, critic)."""
-    targs = "training_args."
-    kwargs: dict[str, Any] = {
-        "seed": seed,
-        "dtype": cfg_get(worker_config, "model_args.dtype"),
-        "attn_implementation": cfg_get(worker_config, "model_args.attn_implementation"),
-        "gradient_checkpointing": not cfg_get(worker_config, "model_args.disable_gradient_checkpointing", True),
-        "learning_rate": cfg_get(worker_config, targs + "learning_rate", 1e-6),
-        "weight_decay": cfg_get(worker_config, targs + "weight_decay", 0.0),
-        "adam_betas": (cfg_get(worker_config, targs + "adam_beta1", 0.9),
-                       cfg_get(worker_config, targs + "adam_beta2", 0.999)),
-        "adam_epsilon": cfg_get(worker_config, targs + "adam_epsilon", 1e-8),
-        "max_grad_norm": cfg_get(worker_config, targs + "max_grad_norm", 1.0),
-        "warmup_steps": cfg_get(worker_config, targs + "warmup_steps", 0),
-        "warmup_ratio": cfg_get(worker_config, targs + "warmup_ratio", 0.0),
-        "lr_scheduler_type": str(cfg_get(worker_config, targs + "lr_scheduler_type", "constant")),
-        "lr_scheduler_kwargs": cfg_get(worker_config, targs + "lr_scheduler_kwargs"),
-        "per_device_train_batch_size": cfg_get(worker_config, targs + "per_device_train_batch_size", 1),
-        "gradient_accumulation_steps": cfg_get(worker_config, targs + "gradient_accumulation_steps", 1),
-        "infer_batch_size": cfg_get(worker_config, "infer_batch_size"),
-    }
-    max_steps = cfg_get(worker_config, targs + "max_steps", -1)
-    if max_steps and max_steps > 0:
-        kwargs["num_training_steps"] = int(max_steps)
-    kwargs = apply_strategy_config(cls, kwargs, cfg_get(worker_config, "strategy_args.strategy_config"), where)
-    return {**kwargs, **overrides}
-
-
-def warmup_step_count(warmup_steps: int | float, warmup_ratio: float, num_training_steps: int | None) -> int:
-    """Warm-up length in optimiser steps, with HF's conventions (a value < 1 is a fraction of training)."""
-    fraction = warmup_steps if 0 < warmup_steps < 1 else (warmup_ratio if not warmup_steps else 0.0)
-    if fraction:
-        if not num_training_steps:
-            raise ConfigError("training_args: a fractional warm-up (warmup_ratio, or warmup_steps < 1) needs "
-                              "num_training_steps (the pipeline derives it from max_steps).")
-        return math.ceil(fraction * num_training_steps)
-    return int(warmup_steps)
 
 
 # -- batch helpers (shared with the critic) ---------------------------------------------------

@@ -189,8 +189,10 @@ def test_from_worker_config(tiny_dir):
         infer_batch_size=7,
     )
     train = HFTrainStrategy.from_worker_config(worker, tiny_dir, seed=0, num_training_steps=10)
-    assert (train.per_device_train_batch_size, train.mini_batch_size, train.infer_batch_size) == (3, 12, 7)
-    assert train.model.is_gradient_checkpointing and train.max_grad_norm == 0.5
+    settings = train.settings
+    assert (settings.per_device_train_batch_size, train.mini_batch_size, settings.forward_batch_size) == (3, 12, 7)
+    assert train.model.is_gradient_checkpointing and settings.max_grad_norm == 0.5
+    assert (settings.learning_rate, settings.warmup_steps, settings.num_training_steps) == (2e-5, 1, 10)
     assert train.optimizer.param_groups[0]["weight_decay"] == 0.05
     reference = HFTrainStrategy.from_worker_config(SimpleNamespace(), tiny_dir, seed=0, trainable=False)
     assert not reference.trainable and reference.model.dtype == torch.float32  # dtype None: fp32 on CPU

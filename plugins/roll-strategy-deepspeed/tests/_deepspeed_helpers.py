@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import time
+
 import torch
 
 from roll_core.algorithms.aggregation import Normalisers, agg_loss
@@ -44,3 +48,24 @@ def make_loss_fn(batch: dict[str, torch.Tensor]):
         return loss, {"tokens": float(mask.sum())}
 
     return loss_fn
+
+
+#: a DeepSpeed op build (g++) takes 1.5-7 min on 2 busy cores: a JIT lock older than this outlived its build
+STALE_LOCK_SECONDS = 20 * 60
+
+
+def stale_jit_locks(root: str, max_age: float = STALE_LOCK_SECONDS, now: float | None = None) -> list[str]:
+    """``<root>/<op>/lock`` files older than ``max_age`` seconds.
+
+    torch's JIT loader creates ``lock`` while one process builds an op and makes every other process
+    wait until it is gone; a build that was killed leaves it behind, and all later loads hang.
+    """
+    now = time.time() if now is None else now
+    stale = []
+    for lock in sorted(glob.glob(os.path.join(root, "*", "lock"))):
+        try:
+            if now - os.path.getmtime(lock) > max_age:
+                stale.append(lock)
+        except FileNotFoundError:  # the build finished meanwhile
+            pass
+    return stale

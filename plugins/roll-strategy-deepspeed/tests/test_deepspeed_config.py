@@ -6,12 +6,13 @@ import pytest
 from roll_strategy_deepspeed.config import TrainingNumbers, build_deepspeed_config
 
 from roll_core.errors import ConfigError
+from roll_core.strategies.settings import OptimizerSettings
 
 
 def numbers(**changes) -> TrainingNumbers:
-    base = dict(dtype="bf16", per_device_train_batch_size=2, gradient_accumulation_steps=4, world_size=2,
-                max_grad_norm=1.0, learning_rate=1e-6, adam_betas=(0.9, 0.95), adam_epsilon=1e-8,
-                weight_decay=0.0, hidden_size=64, on_cuda=False)
+    settings = OptimizerSettings(per_device_train_batch_size=2, gradient_accumulation_steps=4, max_grad_norm=1.0,
+                                 learning_rate=1e-6, adam_betas=(0.9, 0.95), adam_epsilon=1e-8, weight_decay=0.0)
+    base = dict(dtype="bf16", settings=settings, world_size=2, hidden_size=64, on_cuda=False)
     return TrainingNumbers(**{**base, **changes})
 
 

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,11 +23,31 @@ import pytest
 pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install roll-strategy-deepspeed)")
 
 import torch  # noqa: E402
-from _deepspeed_helpers import STRATEGY_ARGS, make_batch, make_loss_fn  # noqa: E402
+from _deepspeed_helpers import STRATEGY_ARGS, make_batch, make_loss_fn, stale_jit_locks  # noqa: E402
+
+# DeepSpeed JIT-builds its CPU ops (g++, minutes) on first use and waits on other builds' lock files:
+# never let a test wait forever
+pytestmark = pytest.mark.timeout(1800)
 
 LOGPROB_ATOL = 1e-5
 WEIGHT_ATOL = 5e-6
 HERE = Path(__file__).parent
+
+
+def _jit_build_root() -> str:
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return os.path.dirname(_get_build_directory("cpu_adam", False))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_stale_jit_locks():
+    """Fail fast, naming the file, where a dead op build left a lock every load would wait on."""
+    stale = stale_jit_locks(_jit_build_root())
+    if stale:
+        pytest.fail(f"stale torch/DeepSpeed JIT build lock(s), older than any build takes: {', '.join(stale)}. "
+                    f"A killed build left them and every later op load waits forever; remove them "
+                    f"(rm {' '.join(stale)}) and rerun.")
 
 
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -141,9 +162,7 @@ def test_reference_model_zero3_is_frozen(ds_tiny_dir, reference):
 
 
 def _cpu_adam_built() -> bool:
-    from torch.utils.cpp_extension import _get_build_directory
-
-    return os.path.isfile(os.path.join(_get_build_directory("cpu_adam", False), "cpu_adam.so"))
+    return os.path.isfile(os.path.join(_jit_build_root(), "cpu_adam", "cpu_adam.so"))
 
 
 @pytest.mark.slow
@@ -174,3 +193,14 @@ def test_from_worker_config_reads_a_roll_preset(ds_tiny_dir):
     worker["strategy_args"]["strategy_config"]["gradient_accumulation_steps"] = 8
     with pytest.raises(Exception, match="gradient_accumulation_steps"):
         DeepSpeedTrainStrategy.from_worker_config(worker, ds_tiny_dir, seed=0)
+
+
+def test_stale_jit_locks_are_found_by_age(tmp_path):
+    now = time.time()
+    for op, age in (("cpu_adam", 3600), ("deepspeed_shm_comm", 60)):
+        (tmp_path / op).mkdir()
+        (tmp_path / op / "lock").touch()
+        os.utime(tmp_path / op / "lock", (now - age, now - age))
+    (tmp_path / "built_op").mkdir()  # no lock: nothing building
+    assert stale_jit_locks(str(tmp_path), max_age=600, now=now) == [str(tmp_path / "cpu_adam" / "lock")]
+    assert stale_jit_locks(str(tmp_path), max_age=7200, now=now) == []

@@ -32,14 +32,16 @@ def test_missing_megatron_gives_the_install_command(roll_registry, monkeypatch):
 
 
 def test_takes_every_argument_the_pipeline_passes():
-    """``from_worker_config`` forwards hf_train's ``worker_kwargs``: all of them must be accepted."""
+    """``from_worker_config`` passes the shared ``train_worker_kwargs``: each must be a named parameter."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     import inspect
 
     from roll_strategy_megatron.strategy import MegatronTrainStrategy
 
-    from roll_core.strategies.hf_train import worker_kwargs
+    from roll_core.strategies.settings import OptimizerSettings, train_worker_kwargs
 
-    passed = set(worker_kwargs(object, {"training_args": {"max_steps": 3}}, 0, "actor_train",
-                               {"trainable": False}))
-    assert passed <= set(inspect.signature(MegatronTrainStrategy).parameters)
+    kwargs = train_worker_kwargs(MegatronTrainStrategy, {"training_args": {"max_steps": 3}}, 0, "actor_train",
+                                 {"trainable": False})
+    named = {n for n, p in inspect.signature(MegatronTrainStrategy).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert set(kwargs) <= named and "settings" in kwargs
+    assert kwargs["settings"] == OptimizerSettings(num_training_steps=3) and kwargs["trainable"] is False

@@ -24,6 +24,7 @@ from typing import Any
 
 from roll_core.errors import ConfigError
 from roll_core.strategies.hf_common import DTYPES
+from roll_core.strategies.settings import OptimizerSettings
 
 AUTO = "auto"
 WHERE = "actor_train.strategy_args.strategy_config"
@@ -44,14 +45,8 @@ class TrainingNumbers:
     """What roll knows from ``training_args`` / ``model_args`` and the process group."""
 
     dtype: str
-    per_device_train_batch_size: int
-    gradient_accumulation_steps: int
+    settings: OptimizerSettings
     world_size: int
-    max_grad_norm: float | None
-    learning_rate: float
-    adam_betas: tuple[float, float]
-    adam_epsilon: float
-    weight_decay: float
     hidden_size: int
     on_cuda: bool
     trainable: bool = True
@@ -74,12 +69,13 @@ def build_deepspeed_config(sections: Mapping[str, Any], numbers: TrainingNumbers
     for section, wanted in (("bf16", precision == "bfloat16"), ("fp16", precision == "float16")):
         cfg[section] = _precision_section(cfg.get(section), section, wanted, numbers.dtype)
 
-    micro, gas = numbers.per_device_train_batch_size, numbers.gradient_accumulation_steps
+    settings = numbers.settings
+    micro, gas = settings.per_device_train_batch_size, settings.gradient_accumulation_steps
     _agree(cfg, "train_micro_batch_size_per_gpu", micro, "training_args.per_device_train_batch_size")
     _agree(cfg, "gradient_accumulation_steps", gas, "training_args.gradient_accumulation_steps")
     _agree(cfg, "train_batch_size", micro * gas * numbers.world_size,
            "per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks")
-    clip = float(numbers.max_grad_norm) if numbers.max_grad_norm and numbers.max_grad_norm > 0 else 0.0
+    clip = float(settings.max_grad_norm) if settings.max_grad_norm and settings.max_grad_norm > 0 else 0.0
     _agree(cfg, "gradient_clipping", clip, "training_args.max_grad_norm")
 
     cfg["zero_optimization"] = _zero_section(cfg.get("zero_optimization"), numbers, zero_stage,
@@ -88,8 +84,8 @@ def build_deepspeed_config(sections: Mapping[str, Any], numbers: TrainingNumbers
     offloads_optimizer = _offload_device(cfg["zero_optimization"].get("offload_optimizer")) not in (None, "none")
     if numbers.trainable:
         cfg["optimizer"] = {"type": "AdamW", "params": {
-            "lr": numbers.learning_rate, "betas": list(numbers.adam_betas), "eps": numbers.adam_epsilon,
-            "weight_decay": numbers.weight_decay,
+            "lr": settings.learning_rate, "betas": list(settings.adam_betas), "eps": settings.adam_epsilon,
+            "weight_decay": settings.weight_decay,
             # torch's AdamW unless offloading (which needs DeepSpeedCPUAdam): no op build needed
             "torch_adam": not offloads_optimizer,
         }}

@@ -62,9 +62,8 @@ from roll_core.strategies.hf_train import (  # noqa: E402
     positions,
     token_log_probs,
     validate_batch,
-    warmup_step_count,
-    worker_kwargs,
 )
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
 from roll_strategy_deepspeed.config import AUTO, TrainingNumbers, build_deepspeed_config  # noqa: E402
 
 DS_DIR = "deepspeed"
@@ -78,11 +77,8 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     """Actor / reference strategy on a DeepSpeed engine (see the module docstring).
 
     Args:
-        pretrain, seed, dtype, attn_implementation, cache_dir, learning_rate, weight_decay,
-        adam_betas, adam_epsilon, max_grad_norm, warmup_steps, warmup_ratio, lr_scheduler_type,
-        lr_scheduler_kwargs, num_training_steps, per_device_train_batch_size,
-        gradient_accumulation_steps, infer_batch_size, gradient_checkpointing, logits_temperature,
-        trainable, num_threads: as for ``hf_train``.
+        pretrain, seed, dtype, attn_implementation, cache_dir, gradient_checkpointing,
+        logits_temperature, trainable, settings, **training: as for ``hf_train``.
         zero_stage, offload_optimizer, offload_param: roll's shortcuts (``0..3``, ``"cpu"``).
         zero_optimization, bf16, fp16, gradient_clipping, train_batch_size,
         train_micro_batch_size_per_gpu, steps_per_print, wall_clock_breakdown: DeepSpeed's own
@@ -99,23 +95,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         dtype: str | None = None,
         attn_implementation: str | None = None,
         cache_dir: str | None = None,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam_betas: tuple[float, float] = (0.9, 0.999),
-        adam_epsilon: float = 1e-8,
-        max_grad_norm: float | None = 1.0,
-        warmup_steps: int | float = 0,
-        warmup_ratio: float = 0.0,
-        lr_scheduler_type: str = "constant",
-        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
-        num_training_steps: int | None = None,
-        per_device_train_batch_size: int = 1,
-        gradient_accumulation_steps: int = 1,
-        infer_batch_size: int | None = None,
         gradient_checkpointing: bool = False,
         logits_temperature: float = 1.0,
         trainable: bool = True,
-        num_threads: int | None = None,
         zero_stage: int | None = None,
         offload_optimizer: Any = None,
         offload_param: Any = None,
@@ -129,11 +111,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         wall_clock_breakdown: bool | None = None,
         deepspeed_config: Mapping[str, Any] | None = None,
         dist_backend: str | None = None,
+        settings: OptimizerSettings | None = None,
+        **training: Any,
     ):
-        set_num_threads(num_threads)
-        if per_device_train_batch_size < 1 or gradient_accumulation_steps < 1:
-            raise ConfigError("training_args: per_device_train_batch_size and gradient_accumulation_steps "
-                              "must be >= 1.")
+        self.settings = resolve_settings(type(self).__name__, settings, training)
+        set_num_threads(self.settings.num_threads)
         if logits_temperature <= 0:
             raise ConfigError(f"logits_temperature must be > 0, got {logits_temperature}.")
         on_cuda = torch.cuda.is_available()
@@ -145,19 +127,13 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.trainable = trainable
-        self.per_device_train_batch_size = int(per_device_train_batch_size)
-        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
         self.logits_temperature = float(logits_temperature)
         self.global_step = 0
 
         from transformers import AutoConfig
 
         numbers = TrainingNumbers(
-            dtype=dtype, per_device_train_batch_size=self.per_device_train_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps, world_size=self.world_size,
-            max_grad_norm=max_grad_norm, learning_rate=learning_rate, adam_betas=tuple(adam_betas),
-            adam_epsilon=adam_epsilon, weight_decay=weight_decay,
+            dtype=dtype, settings=self.settings, world_size=self.world_size,
             hidden_size=int(AutoConfig.from_pretrained(self.model_dir).hidden_size), on_cuda=on_cuda,
             trainable=trainable,
         )
@@ -174,8 +150,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if not trainable:
             model.requires_grad_(False)
-        warmup = warmup_step_count(warmup_steps, warmup_ratio, num_training_steps) if trainable else 0
-        self.engine = self._initialize(model, lr_scheduler_type, warmup, num_training_steps, lr_scheduler_kwargs)
+        self.engine = self._initialize(model)
         self.device = self.engine.device
         if not trainable:
             self.engine.eval()
@@ -190,19 +165,19 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         """
         strategy_config = dict(cfg_get(worker_config, "strategy_args.strategy_config", {}) or {})
         ds_gas = strategy_config.pop("gradient_accumulation_steps", AUTO)
-        kwargs = worker_kwargs(cls, _Overlay(worker_config, strategy_config), seed, "actor_train", overrides)
-        if ds_gas != AUTO and int(ds_gas) != int(kwargs["gradient_accumulation_steps"]):
+        kwargs = train_worker_kwargs(cls, _Overlay(worker_config, strategy_config), seed, "actor_train", overrides)
+        gas = kwargs["settings"].gradient_accumulation_steps
+        if ds_gas != AUTO and int(ds_gas) != int(gas):
             raise ConfigError(
                 f"actor_train.strategy_args.strategy_config.gradient_accumulation_steps is {ds_gas!r} but "
-                f"training_args.gradient_accumulation_steps is {kwargs['gradient_accumulation_steps']!r}; "
-                "set it to 'auto' or make them agree.")
+                f"training_args.gradient_accumulation_steps is {gas!r}; set it to 'auto' or make them agree.")
         return cls(pretrain, **kwargs)
 
     # -- TrainStrategy ----------------------------------------------------------------------
     @property
     def mini_batch_size(self) -> int:
         """Rows each rank should pass to one :meth:`train_step` (one optimiser step)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        return self.settings.mini_batch_size
 
     def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
         """``(log_probs [B, L-1], entropy [B, L-1] or None)``, masked by ``response_mask[:, 1:]``, on CPU."""
@@ -210,7 +185,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         batch_size, length = batch["input_ids"].shape
         log_probs = torch.zeros(batch_size, length - 1)
         entropy = torch.zeros(batch_size, length - 1) if with_entropy else None
-        micro = list(micro_batches(batch, self.infer_batch_size, self.device))
+        micro = list(micro_batches(batch, self.settings.forward_batch_size, self.device))
         self._check_lockstep(len(micro), "compute_log_probs")
         was_training = self.engine.training
         self.engine.eval()
@@ -237,7 +212,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             raise RollError("deepspeed_train was built with trainable=False (a reference model); it cannot train.")
         validate_batch(batch)
         want_entropy = bool(getattr(loss_fn, "needs_entropy", False) if with_entropy is None else with_entropy)
-        micro = list(micro_batches(batch, self.per_device_train_batch_size, self.device))
+        micro = list(micro_batches(batch, self.settings.per_device_train_batch_size, self.device))
         self._check_lockstep(len(micro), "train_step")
         self.engine.train()
         lr = float(self.engine.get_lr()[0])
@@ -316,8 +291,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         model.config.use_cache = False
         return model
 
-    def _initialize(self, model: Any, lr_scheduler_type: str, warmup_steps: int,
-                    num_training_steps: int | None, lr_scheduler_kwargs: Mapping[str, Any] | None) -> Any:
+    def _initialize(self, model: Any) -> Any:
         if not self.trainable:
             engine, *_ = deepspeed.initialize(model=model, config=self.ds_config, dist_init_required=False)
             return engine
@@ -327,9 +301,8 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             if p.requires_grad:  # ZeRO-3 shards are flat: their real shape is ds_shape
                 (decay if len(getattr(p, "ds_shape", p.shape)) >= 2 else no_decay).append(p)
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        make_scheduler = _scheduler_factory(lr_scheduler_type, warmup_steps, num_training_steps, lr_scheduler_kwargs)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=groups, config=self.ds_config,
-                                          lr_scheduler=make_scheduler, dist_init_required=False)
+                                          lr_scheduler=self.settings.lr_scheduler, dist_init_required=False)
         return engine
 
     def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
@@ -401,28 +374,6 @@ def _zero3_init(ds_config: Mapping[str, Any] | None):
     finally:
         unset_hf_deepspeed_config()
         del keep_alive
-
-
-def _scheduler_factory(lr_scheduler_type: str, warmup_steps: int, num_training_steps: int | None,
-                       lr_scheduler_kwargs: Mapping[str, Any] | None = None):
-    """``optimizer -> scheduler`` for ``deepspeed.initialize`` (the same schedules as ``hf_train``)."""
-    from transformers import SchedulerType, get_scheduler
-
-    choices = [s.value for s in SchedulerType]
-    if lr_scheduler_type not in choices:
-        raise ConfigError(f"training_args.lr_scheduler_type: unknown {lr_scheduler_type!r}; use one of "
-                          f"{', '.join(choices)}.")
-
-    def make(optimizer: Any) -> Any:
-        try:
-            return get_scheduler(lr_scheduler_type, optimizer, num_warmup_steps=warmup_steps,
-                                 num_training_steps=num_training_steps,
-                                 scheduler_specific_kwargs=dict(lr_scheduler_kwargs or {}))
-        except ValueError as exc:
-            raise ConfigError(f"training_args.lr_scheduler_type {lr_scheduler_type!r}: {exc} (the pipeline "
-                              "passes num_training_steps from max_steps).") from exc
-
-    return make
 
 
 def _rng_state() -> dict[str, Any]:

@@ -44,9 +44,8 @@ from roll_core.strategies.hf_train import (
     positions,
     read_safetensors_dir,
     validate_batch,
-    warmup_step_count,
-    worker_kwargs,
 )
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_strategy_megatron.conversion import (
     Qwen2Layout,
     check_parallel_sizes,
@@ -71,11 +70,10 @@ class MegatronTrainStrategy(TrainStrategy):
     """Actor / reference strategy on megatron-core (see the module docstring).
 
     Args:
-        pretrain, seed, dtype, cache_dir, learning_rate, weight_decay, adam_betas, adam_epsilon,
-        max_grad_norm, warmup_steps, warmup_ratio, lr_scheduler_type, num_training_steps,
-        per_device_train_batch_size, gradient_accumulation_steps, infer_batch_size,
-        logits_temperature, trainable, num_threads: as for ``hf_train`` (``dtype`` None: bf16).
-        lr_scheduler_kwargs: not supported (megatron's scheduler has no such options); must be empty.
+        pretrain, seed, dtype, cache_dir, logits_temperature, trainable, settings, **training: as for
+            ``hf_train`` (``dtype`` None: bf16); ``settings.lr_scheduler_type`` must be one of
+            :data:`DECAY_STYLES`, and ``settings.lr_scheduler_kwargs`` empty (megatron's scheduler
+            has no such options).
         gradient_checkpointing: sets ``recompute_granularity="full"`` unless that is given.
         attn_implementation: accepted for config compatibility; Megatron picks its own kernels.
         tensor_model_parallel_size, pipeline_model_parallel_size, expert_model_parallel_size,
@@ -93,23 +91,9 @@ class MegatronTrainStrategy(TrainStrategy):
         dtype: str | None = None,
         attn_implementation: str | None = None,
         cache_dir: str | None = None,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam_betas: tuple[float, float] = (0.9, 0.999),
-        adam_epsilon: float = 1e-8,
-        max_grad_norm: float | None = 1.0,
-        warmup_steps: int | float = 0,
-        warmup_ratio: float = 0.0,
-        lr_scheduler_type: str = "constant",
-        lr_scheduler_kwargs: Mapping[str, Any] | None = None,
-        num_training_steps: int | None = None,
-        per_device_train_batch_size: int = 1,
-        gradient_accumulation_steps: int = 1,
-        infer_batch_size: int | None = None,
         gradient_checkpointing: bool = False,
         logits_temperature: float = 1.0,
         trainable: bool = True,
-        num_threads: int | None = None,
         tensor_model_parallel_size: int = 1,
         pipeline_model_parallel_size: int = 1,
         expert_model_parallel_size: int = 1,
@@ -122,7 +106,11 @@ class MegatronTrainStrategy(TrainStrategy):
         overlap_param_gather: bool = False,
         use_transformer_engine: bool | None = None,
         transformer_config: Mapping[str, Any] | None = None,
+        settings: OptimizerSettings | None = None,
+        **training: Any,
     ):
+        self.settings = resolve_settings(type(self).__name__, settings, training)
+        lr_scheduler_type = self.settings.lr_scheduler_type
         if not torch.cuda.is_available():
             raise RollError("megatron_train needs CUDA GPUs (megatron-core's forward pass is CUDA-only); on a "
                             "CPU machine use hf_train or deepspeed_train.")
@@ -131,15 +119,12 @@ class MegatronTrainStrategy(TrainStrategy):
                               f"megatron_train; use one of {', '.join(DECAY_STYLES)}.")
         if logits_temperature <= 0:
             raise ConfigError(f"logits_temperature must be > 0, got {logits_temperature}.")
-        if lr_scheduler_kwargs:
+        if self.settings.lr_scheduler_kwargs:
             raise ConfigError("training_args.lr_scheduler_kwargs is not supported by megatron_train "
                               "(megatron-core's OptimizerParamScheduler takes no such options).")
-        set_num_threads(num_threads)
+        set_num_threads(self.settings.num_threads)
         self.dtype = DTYPES.get(str(dtype or "bf16").lower(), str(dtype))
         self.trainable = trainable
-        self.per_device_train_batch_size = int(per_device_train_batch_size)
-        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        self.infer_batch_size = int(infer_batch_size or per_device_train_batch_size)
         self.logits_temperature = float(logits_temperature)
         self.global_step = 0
         if use_transformer_engine is None:
@@ -185,11 +170,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self._load_hf_weights(model, read_safetensors_dir(self.model_dir))
         self.vocab_start = self.tp_rank * (self.layout.vocab_size // self.tp_size)
         if trainable:
-            warmup = warmup_step_count(warmup_steps, warmup_ratio, num_training_steps)
-            self._setup_training(model, learning_rate=learning_rate, weight_decay=weight_decay,
-                                 adam_betas=adam_betas, adam_epsilon=adam_epsilon, max_grad_norm=max_grad_norm,
-                                 warmup_steps=warmup, lr_scheduler_type=lr_scheduler_type,
-                                 num_training_steps=num_training_steps, use_distributed_optimizer=use_distributed_optimizer,
+            self._setup_training(model, use_distributed_optimizer=use_distributed_optimizer,
                                  overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather)
         else:
             self.model = model.eval().requires_grad_(False)
@@ -202,19 +183,19 @@ class MegatronTrainStrategy(TrainStrategy):
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int,
                            **overrides: Any) -> MegatronTrainStrategy:
         """Build from an ``actor_train`` / ``reference`` worker config, as ``hf_train`` does."""
-        return cls(pretrain, **worker_kwargs(cls, worker_config, seed, "actor_train", overrides))
+        return cls(pretrain, **train_worker_kwargs(cls, worker_config, seed, "actor_train", overrides))
 
     # -- TrainStrategy ----------------------------------------------------------------------
     @property
     def mini_batch_size(self) -> int:
         """Rows each data-parallel rank should pass to one :meth:`train_step`."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        return self.settings.mini_batch_size
 
     def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
         """``(log_probs [B, L-1], entropy or None)`` on CPU, on every rank of the pipeline."""
         validate_batch(batch)
         batch_size, length = batch["input_ids"].shape
-        micro = list(micro_batches(batch, self.infer_batch_size, torch.cuda.current_device()))
+        micro = list(micro_batches(batch, self.settings.forward_batch_size, torch.cuda.current_device()))
 
         def loss(mb, output):
             lp, ent = self._log_probs(output, mb, with_entropy)
@@ -243,7 +224,7 @@ class MegatronTrainStrategy(TrainStrategy):
             raise RollError("megatron_train was built with trainable=False (a reference model); it cannot train.")
         validate_batch(batch)
         want_entropy = bool(getattr(loss_fn, "needs_entropy", False) if with_entropy is None else with_entropy)
-        micro = list(micro_batches(batch, self.per_device_train_batch_size, torch.cuda.current_device()))
+        micro = list(micro_batches(batch, self.settings.per_device_train_batch_size, torch.cuda.current_device()))
         scale = len(micro) * self.dp_size  # undo megatron-core's averaging: roll sums
 
         def loss(mb, output):
@@ -327,36 +308,37 @@ class MegatronTrainStrategy(TrainStrategy):
         dtype = next(model.parameters()).dtype
         load_local_weights(model, {k: v.to(dtype) for k, v in local.items()})
 
-    def _setup_training(self, model: Any, *, learning_rate, weight_decay, adam_betas, adam_epsilon, max_grad_norm,
-                        warmup_steps, lr_scheduler_type, num_training_steps, use_distributed_optimizer,
-                        overlap_grad_reduce, overlap_param_gather) -> None:
+    def _setup_training(self, model: Any, *, use_distributed_optimizer, overlap_grad_reduce,
+                        overlap_param_gather) -> None:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
+        s = self.settings
+        warmup_steps = s.warmup_step_count()
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=overlap_grad_reduce,
                                                    overlap_param_gather=overlap_param_gather,
                                                    use_distributed_optimizer=use_distributed_optimizer)
         self.model = DistributedDataParallel(config=self.config, ddp_config=ddp_config, module=model)
         # clip_grad 0 would skip computing the norm; a huge bound never clips but still reports it
-        clip = float(max_grad_norm) if max_grad_norm and max_grad_norm > 0 else 1e12
+        clip = float(s.max_grad_norm) if s.max_grad_norm and s.max_grad_norm > 0 else 1e12
         opt_config = OptimizerConfig(
-            optimizer="adam", lr=learning_rate, min_lr=0.0, weight_decay=weight_decay, adam_beta1=adam_betas[0],
-            adam_beta2=adam_betas[1], adam_eps=adam_epsilon, clip_grad=clip, bf16=self.config.bf16,
+            optimizer="adam", lr=s.learning_rate, min_lr=0.0, weight_decay=s.weight_decay, adam_beta1=s.adam_betas[0],
+            adam_beta2=s.adam_betas[1], adam_eps=s.adam_epsilon, clip_grad=clip, bf16=self.config.bf16,
             fp16=self.config.fp16, params_dtype=self.config.params_dtype,
             use_distributed_optimizer=use_distributed_optimizer, overlap_param_gather=overlap_param_gather,
         )
         self.optimizer = get_megatron_optimizer(opt_config, [self.model])
-        decay_steps = max(int(num_training_steps or 0), int(warmup_steps) + 1)
-        if DECAY_STYLES[lr_scheduler_type] != "constant" and not num_training_steps:
-            raise ConfigError(f"training_args.lr_scheduler_type {lr_scheduler_type!r} needs num_training_steps "
+        decay_steps = max(int(s.num_training_steps or 0), int(warmup_steps) + 1)
+        style = DECAY_STYLES[s.lr_scheduler_type]
+        if style != "constant" and not s.num_training_steps:
+            raise ConfigError(f"training_args.lr_scheduler_type {s.lr_scheduler_type!r} needs num_training_steps "
                               "(the pipeline passes it from max_steps).")
         self.scheduler = OptimizerParamScheduler(
-            self.optimizer, init_lr=0.0 if warmup_steps else learning_rate, max_lr=learning_rate, min_lr=0.0,
-            lr_warmup_steps=int(warmup_steps), lr_decay_steps=decay_steps,
-            lr_decay_style=DECAY_STYLES[lr_scheduler_type], start_wd=weight_decay, end_wd=weight_decay,
-            wd_incr_steps=decay_steps, wd_incr_style="constant",
+            self.optimizer, init_lr=0.0 if warmup_steps else s.learning_rate, max_lr=s.learning_rate, min_lr=0.0,
+            lr_warmup_steps=int(warmup_steps), lr_decay_steps=decay_steps, lr_decay_style=style,
+            start_wd=s.weight_decay, end_wd=s.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant",
         )
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.grad_scale_func = self.optimizer.scale_loss
@@ -382,7 +364,7 @@ class MegatronTrainStrategy(TrainStrategy):
         widest = max(width for _, _, width in micro)
         return self.forward_backward(forward_step_func=forward_step, data_iterator=batches, model=[model],
                                      num_microbatches=len(micro), seq_length=widest,
-                                     micro_batch_size=self.per_device_train_batch_size, forward_only=forward_only)
+                                     micro_batch_size=self.settings.per_device_train_batch_size, forward_only=forward_only)
 
     def _log_probs(self, logits: torch.Tensor, mb: Mapping[str, Any], with_entropy: bool):
         from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region

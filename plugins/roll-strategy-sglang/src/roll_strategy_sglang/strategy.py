@@ -23,14 +23,10 @@ The same shape as roll's ``vllm`` strategy:
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import inspect
-import itertools
-import threading
-import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
@@ -44,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised where SGLang is absen
 from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
+from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
 from roll_core.strategies.hf_common import DTYPES, cfg_get
 from roll_core.strategies.sampling import sampling_from_generating_args
 
@@ -106,18 +103,12 @@ class SGLangInferStrategy(InferStrategy):
                 "max_running_requests": max_batch_size, "enable_memory_saver": self.memory_saver}
         self.engine_kwargs = {**{k: v for k, v in args.items() if v is not None}, **dict(server_args or {})}
 
-        self._gate = _WeightGate()
-        self._abort_lock = threading.Lock()
-        self._abort_epoch = 0
-        self._aborted: set[str] = set()
-        self._inflight: dict[str, set[str]] = {}  # roll request id -> SGLang rids
-        self._ids = itertools.count()
+        self._gate = WeightGate()
+        self._aborts = AbortTracker()
         self._released: set[str] = set()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="roll-sglang-loop", daemon=True)
-        self._thread.start()
-        self.engine = self._run(self._start_engine())
-        atexit.register(_shutdown_if_alive, weakref.ref(self))
+        self._loop = BackgroundLoop("roll-sglang-loop")
+        self.engine = self._loop.run(self._start_engine())
+        shutdown_at_exit(self)
 
     @classmethod
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> SGLangInferStrategy:
@@ -156,35 +147,23 @@ class SGLangInferStrategy(InferStrategy):
             if self._released:
                 raise RollError("sglang.generate called while offloaded; call reload() first.")
             version = self.policy_version
-            with self._abort_lock:
-                epoch = self._abort_epoch
-            try:
-                return self._run(self._generate_all(requests, epoch, version))
-            finally:
-                with self._abort_lock:
-                    self._aborted -= {r.request_id for r in requests}
+            with self._aborts.generation(r.request_id for r in requests) as epoch:
+                return self._loop.run(self._generate_all(requests, epoch, version))
 
     def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Replace the weights with a HF-named state dict (waits for running generate calls)."""
         with self._gate.exclusive():
             if WEIGHTS in self._released:
-                self._run(self._memory("resume", [WEIGHTS]))
+                self._loop.run(self._memory("resume", [WEIGHTS]))
                 self._released.discard(WEIGHTS)
-            self._run(self._update_weights(weights))
+            self._loop.run(self._update_weights(weights))
             self.policy_version = int(version)
 
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         """Abort in-flight requests (all when ``None``); they return their tokens so far, "abort"."""
-        with self._abort_lock:
-            if request_ids is None:
-                self._abort_epoch += 1
-                targets = [rid for ids in self._inflight.values() for rid in ids]
-            else:
-                wanted = set(request_ids) & set(self._inflight)
-                self._aborted |= wanted
-                targets = [rid for r in wanted for rid in self._inflight[r]]
+        targets = self._aborts.abort(request_ids)
         for rid in targets:
-            self._loop.call_soon_threadsafe(self.engine.tokenizer_manager.abort_request, rid)
+            self._loop.call_soon(self.engine.tokenizer_manager.abort_request, rid)
 
     def offload(self) -> None:
         """Release GPU memory (weights and KV cache) while training runs."""
@@ -192,31 +171,26 @@ class SGLangInferStrategy(InferStrategy):
             if not self.memory_saver:
                 raise RollError("sglang.offload needs enable_memory_saver=True (strategy_config).")
             if not self._released:
-                self._run(self._memory("release", None))
+                self._loop.run(self._memory("release", None))
                 self._released = {WEIGHTS, KV_CACHE}
 
     def reload(self) -> None:
         """Undo :meth:`offload` (whatever is still released)."""
         with self._gate.exclusive():
             if self._released:
-                self._run(self._memory("resume", sorted(self._released)))
+                self._loop.run(self._memory("resume", sorted(self._released)))
                 self._released.clear()
 
     def shutdown(self) -> None:
         """Stop the engine's processes, then the event loop."""
-        if self._loop.is_closed():
+        if self._loop.closed:
             return
         with contextlib.suppress(Exception):
             self.engine.shutdown()
         self.engine = None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
         self._loop.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
     async def _start_engine(self) -> Any:
         from sglang.srt.entrypoints.engine import Engine
 
@@ -246,27 +220,15 @@ class SGLangInferStrategy(InferStrategy):
                             version: int) -> list[GenerationOutput]:
         return list(await asyncio.gather(*(self._generate_one(r, epoch, version) for r in requests)))
 
-    def _is_aborted(self, request_id: str, epoch: int) -> bool:
-        return self._abort_epoch != epoch or request_id in self._aborted
-
     async def _generate_one(self, request: GenerationRequest, epoch: int, version: int) -> GenerationOutput:
         rid = request.request_id
-        if request.sampling.max_new_tokens <= 0 or self._is_aborted(rid, epoch):
+        if request.sampling.max_new_tokens <= 0 or self._aborts.is_aborted(rid, epoch):
             reason = "length" if request.sampling.max_new_tokens <= 0 else "abort"
             return GenerationOutput(rid, [], [], reason, version)  # type: ignore[arg-type]
-        sglang_id = f"{rid}#{next(self._ids)}"
-        with self._abort_lock:
-            self._inflight.setdefault(rid, set()).add(sglang_id)
-        try:
+        with self._aborts.engine_request(rid) as sglang_id:
             out = await self.engine.async_generate(
                 input_ids=list(request.prompt_ids), sampling_params=self._sampling_params(request.sampling),
                 return_logprob=True, rid=sglang_id)
-        finally:
-            with self._abort_lock:
-                ids = self._inflight.get(rid, set())
-                ids.discard(sglang_id)
-                if not ids:
-                    self._inflight.pop(rid, None)
         meta = out.get("meta_info", {})
         pairs = meta.get("output_token_logprobs") or []
         token_ids = [int(t) for _, t, *_ in pairs] if pairs else [int(t) for t in out.get("output_ids", [])]
@@ -290,44 +252,3 @@ class SGLangInferStrategy(InferStrategy):
             sampling["sampling_seed"] = int(params.seed)
         return sampling
 
-
-def _shutdown_if_alive(ref: weakref.ref) -> None:
-    strategy = ref()
-    if strategy is not None:
-        strategy.shutdown()
-
-
-class _WeightGate:
-    """Many :meth:`generate` calls at once, or one weight / memory change alone (a waiting change goes first)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-        self._writers_waiting = 0
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writing and not self._writers_waiting)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._writers_waiting += 1
-            self._cond.wait_for(lambda: not self._writing and not self._readers)
-            self._writers_waiting -= 1
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()

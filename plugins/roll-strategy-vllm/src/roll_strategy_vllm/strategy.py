@@ -33,14 +33,10 @@ Decisions, and why:
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import itertools
 import logging
 import os
 import tempfile
-import threading
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,6 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised where vLLM is absent
 from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
+from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
 from roll_core.strategies.hf_common import cfg_get, torch_dtype
 from roll_core.strategies.sampling import sampling_from_generating_args
 
@@ -150,18 +147,12 @@ class VLLMInferStrategy(InferStrategy):
                               f"engine argument.{did_you_mean(unknown[0], AsyncEngineArgs.__dataclass_fields__)}")
         self.engine_args = AsyncEngineArgs(**{**args, **dict(engine_args or {})})
 
-        self._gate = _WeightGate()
-        self._abort_lock = threading.Lock()
-        self._abort_epoch = 0
-        self._aborted: set[str] = set()
-        self._inflight: dict[str, set[str]] = {}  # roll request id -> vLLM request ids
-        self._ids = itertools.count()
+        self._gate = WeightGate()
+        self._aborts = AbortTracker()
         self._asleep: set[str] = set()  # sleeping parts: "weights", "kv_cache"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="roll-vllm-loop", daemon=True)
-        self._thread.start()
-        self.engine = self._run(self._start_engine())
-        atexit.register(_shutdown_if_alive, weakref.ref(self))
+        self._loop = BackgroundLoop("roll-vllm-loop")
+        self.engine = self._loop.run(self._start_engine())
+        shutdown_at_exit(self)
 
     @classmethod
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> VLLMInferStrategy:
@@ -206,40 +197,28 @@ class VLLMInferStrategy(InferStrategy):
             if "kv_cache" in self._asleep or "weights" in self._asleep:
                 raise RollError("vllm.generate called while offloaded; call reload() first.")
             version = self.policy_version
-            with self._abort_lock:
-                epoch = self._abort_epoch
-            try:
-                return self._run(self._generate_all(requests, epoch, version))
-            finally:
-                with self._abort_lock:
-                    self._aborted -= {r.request_id for r in requests}
+            with self._aborts.generation(r.request_id for r in requests) as epoch:
+                return self._loop.run(self._generate_all(requests, epoch, version))
 
     def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Replace the weights with a HF-named state dict (waits for running generate calls)."""
         with self._gate.exclusive():
             if "weights" in self._asleep:
-                self._run(self.engine.wake_up(tags=["weights"]))
+                self._loop.run(self.engine.wake_up(tags=["weights"]))
                 self._asleep.discard("weights")
             weights = self._with_tied_head(weights)
             with _safetensors_file(weights) as path:
-                counts = self._run(self.engine.collective_rpc("roll_load_weights", args=(path,)))
+                counts = self._loop.run(self.engine.collective_rpc("roll_load_weights", args=(path,)))
             if not counts or min(counts) == 0:
                 raise RollError("vllm.load_weights: the workers loaded no tensors (empty state dict?).")
-            self._run(self.engine.reset_prefix_cache())
+            self._loop.run(self.engine.reset_prefix_cache())
             self.policy_version = int(version)
 
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         """Abort in-flight requests (all when ``None``); they return their tokens so far, "abort"."""
-        with self._abort_lock:
-            if request_ids is None:
-                self._abort_epoch += 1
-                targets = [v for ids in self._inflight.values() for v in ids]
-            else:
-                wanted = set(request_ids) & set(self._inflight)
-                self._aborted |= wanted
-                targets = [v for r in wanted for v in self._inflight[r]]
+        targets = self._aborts.abort(request_ids)
         if targets:
-            asyncio.run_coroutine_threadsafe(self.engine.abort(targets), self._loop)
+            self._loop.submit(self.engine.abort(targets))
 
     def offload(self) -> None:
         """Free accelerator memory (vLLM sleep mode); a no-op on CPU."""
@@ -248,19 +227,19 @@ class VLLMInferStrategy(InferStrategy):
                 logger.info("vllm.offload: %s; nothing to free", "sleep mode is off" if self.on_cuda else "running on CPU")
                 return
             if not self._asleep:
-                self._run(self.engine.sleep(level=self.sleep_level))
+                self._loop.run(self.engine.sleep(level=self.sleep_level))
                 self._asleep = {"weights", "kv_cache"}
 
     def reload(self) -> None:
         """Undo :meth:`offload` (wake the weights, if still asleep, and the KV cache)."""
         with self._gate.exclusive():
             if self._asleep:
-                self._run(self.engine.wake_up(tags=sorted(self._asleep)))
+                self._loop.run(self.engine.wake_up(tags=sorted(self._asleep)))
                 self._asleep.clear()
 
     def shutdown(self) -> None:
         """Stop the engine and its processes, then the event loop (also run at interpreter exit)."""
-        if self._loop.is_closed():
+        if self._loop.closed:
             return
 
         async def stop() -> None:
@@ -271,10 +250,8 @@ class VLLMInferStrategy(InferStrategy):
             await asyncio.gather(*tasks, return_exceptions=True)
 
         with contextlib.suppress(Exception):
-            self._run(stop())
+            self._loop.run(stop())
         self.engine = None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
         self._loop.close()
 
     # -- internals --------------------------------------------------------------------------
@@ -288,9 +265,6 @@ class VLLMInferStrategy(InferStrategy):
             return {**weights, TIED_HEAD: weights[TIED_EMBEDDING]}
         return weights
 
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
     async def _start_engine(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -300,32 +274,20 @@ class VLLMInferStrategy(InferStrategy):
                             version: int) -> list[GenerationOutput]:
         return list(await asyncio.gather(*(self._generate_one(r, epoch, version) for r in requests)))
 
-    def _is_aborted(self, request_id: str, epoch: int) -> bool:
-        return self._abort_epoch != epoch or request_id in self._aborted
-
     async def _generate_one(self, request: GenerationRequest, epoch: int, version: int) -> GenerationOutput:
         from vllm.inputs import TokensPrompt
 
         rid = request.request_id
-        if request.sampling.max_new_tokens <= 0 or self._is_aborted(rid, epoch):
+        if request.sampling.max_new_tokens <= 0 or self._aborts.is_aborted(rid, epoch):
             reason = "length" if request.sampling.max_new_tokens <= 0 else "abort"
             return GenerationOutput(rid, [], [], reason, version)  # type: ignore[arg-type]
-        vllm_id = f"{rid}#{next(self._ids)}"
-        with self._abort_lock:
-            self._inflight.setdefault(rid, set()).add(vllm_id)
         final = None
-        try:
+        with self._aborts.engine_request(rid) as vllm_id:
             stream = self.engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
                                           self._sampling_params(request.sampling), vllm_id)
             async for final in stream:
-                if not final.finished and self._is_aborted(rid, epoch):
+                if not final.finished and self._aborts.is_aborted(rid, epoch):
                     await self.engine.abort(vllm_id)  # the stream then ends with an "abort" output
-        finally:
-            with self._abort_lock:
-                ids = self._inflight.get(rid, set())
-                ids.discard(vllm_id)
-                if not ids:
-                    self._inflight.pop(rid, None)
         completion = final.outputs[0] if final is not None and final.outputs else None
         if completion is None:
             return GenerationOutput(rid, [], [], "abort", version)
@@ -348,48 +310,6 @@ class VLLMInferStrategy(InferStrategy):
             logprobs=0,
             detokenize=bool(params.stop_strings),
         )
-
-
-def _shutdown_if_alive(ref: weakref.ref) -> None:
-    strategy = ref()
-    if strategy is not None:
-        strategy.shutdown()
-
-
-class _WeightGate:
-    """Many :meth:`generate` calls at once, or one weight change alone (a waiting change goes first)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-        self._writers_waiting = 0
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writing and not self._writers_waiting)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._writers_waiting += 1
-            self._cond.wait_for(lambda: not self._writing and not self._readers)
-            self._writers_waiting -= 1
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
 
 
 @contextlib.contextmanager
