@@ -11,6 +11,16 @@ One step::
     weight sync actor_train -> inference workers (version += 1, generation paused meanwhile)
     metrics -> validation every eval_steps -> checkpoint every save_steps
 
+Asynchronous training (``async_generation_ratio: k > 0``): the env loops and the inference workers
+keep generating while the driver computes log-probs and advantages and the trainer trains; the
+rollout admits at most k batches of groups ahead, stops an episode as soon as its oldest turn is
+more than k versions behind the newest weights, and serves only groups whose oldest turn is within
+k versions of the weights being trained (ARCHITECTURE.md; roll_core.rollout.admission). Weight
+sync and validation pause generation. Per step it reports the staleness of the trained turns
+(``rollout/staleness/*``), stale work dropped (``rollout/dropped_trajectories/stale``), and how
+much generation overlapped the training phases (``time/generation_overlap``,
+``rollout/turns_during_training``). ``k = 0`` is the synchronous pipeline.
+
 Determinism (what makes ``resume_from_checkpoint`` continue exactly on CPU): rows are put in a
 canonical order before anything reads them (the order env loops finish in is timing), every
 shuffle is seeded by the step, the rollout's episode counters and the KL controller are part of
@@ -234,6 +244,7 @@ class AgenticPipeline:
         started = time.perf_counter()
         with timer("rollout"):
             batch = self.train_rollout.get_batch(c.rollout_batch_size)
+        generated_before = self.generation.activity()  # generation from here to the sync overlaps training
         self.last_batch = batch  # kept for inspection (tests, debugging); replaced every step
         data = batch_dict(batch)
         data["infer_log_probs"] = data.pop("infer_logprobs")
@@ -266,6 +277,9 @@ class AgenticPipeline:
             with timer("actor"):
                 metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs,
                                                                  shuffle_seed=step)))
+        generated_after = self.generation.activity()
+        metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
+        metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step
@@ -453,6 +467,12 @@ class Generation:
         import ray
 
         ray.get(self.scheduler.update_weights.remote([ray.put(weights)], version))
+
+    def activity(self) -> dict[str, float]:
+        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
+        import ray
+
+        return ray.get(self.scheduler.activity.remote())
 
     def shutdown(self) -> None:
         import ray

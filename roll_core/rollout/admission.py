@@ -80,7 +80,15 @@ class DemandAdmission(Admission):
 
 
 class LookaheadAdmission(DemandAdmission):
-    """Keep ``ratio`` batches of groups generating ahead of the trainer (async training)."""
+    """Keep ``ratio`` (k) batches of groups generating ahead of the trainer (async training).
+
+    Why k batches and no more: batches are served oldest admission first, so a group admitted at
+    version v has fewer than ``demand + k * batch`` groups ahead of it and is served by one of the
+    next k batches after the pending one, i.e. while the trainer is at version v + k at the latest.
+    Admitting more would start work that could only be dropped as stale. What can still go stale
+    is a group that finishes after younger ones (served out of order); env loops stop it as soon as
+    its oldest turn falls more than k versions behind (roll_core.rollout.env_manager).
+    """
 
     def __init__(self, num_groups: int, ratio: float):
         super().__init__(num_groups)

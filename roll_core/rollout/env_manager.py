@@ -11,11 +11,16 @@ Faults cost one trajectory: an env that raises or exceeds the step timeout is dr
 reason), rebuilt, and replays the same seed, so the group still shares one instance. After
 ``max_episode_retries`` failures of one episode the group gives it up and the queue admits
 another; the group's finished members of that episode are dropped too (a group is all or nothing).
+
+Async training (``async_generation_ratio: k > 0``): a group whose oldest turn is more than k policy
+versions behind the newest one can never be trained on, so its episode is given up at once (all
+members stop, counted as ``stale``) and the queue admits fresh work in its place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -31,6 +36,7 @@ from roll_core.rollout.episode import (
     EpisodeCancelled,
     EpisodeContext,
     EpisodeFailure,
+    EpisodeStale,
     play_episode,
 )
 from roll_core.rollout.frames import save_episode_gif
@@ -58,6 +64,8 @@ class Slot:
     results: dict[int, Trajectory] = field(default_factory=dict)
     closed: bool = False  # complete or given up: running members stop
     abandoned: bool = False
+    drop_reason: str = "group_abandoned"  # what members cut short by abandoning are counted as
+    oldest: int | None = None  # policy version of the group's oldest turn so far (async training)
 
 
 class EnvMember:
@@ -103,6 +111,7 @@ class GroupRunner:
         self.positions = [0] * len(self.members)
         self.closed = False
         self.given_up_in_row = 0  # episodes given up since the last success: backs off re-admission
+        self.max_staleness = int(spec.async_generation_ratio)
         self._acquiring: asyncio.Task | None = None
 
     async def ticket(self, index: int) -> Ticket | None:
@@ -177,10 +186,15 @@ class GroupRunner:
                     manager.context, env, self.env_spec, ticket, member.member, member.policy,
                     route_key=member.route_key, cancelled=lambda: slot.closed, frames=frames,
                     wait_resumed=manager.wait_resumed,
+                    stale=functools.partial(self._stale, slot) if self.max_staleness > 0 else None,
                 )
             except EpisodeCancelled:
                 if slot.abandoned:
-                    manager.drop("group_abandoned")
+                    manager.drop(slot.drop_reason)
+                return
+            except EpisodeStale:
+                manager.drop("stale")
+                self._abandon(slot, "stale", backoff=False)
                 return
             except EpisodeFailure as failure:
                 reason, message = failure.reason, str(failure)
@@ -200,10 +214,15 @@ class GroupRunner:
             if slot.closed:
                 return
 
+    def _stale(self, slot: Slot, first: int, latest: int) -> bool:
+        """Is the group's oldest turn (any member's) more than ``max_staleness`` behind ``latest``?"""
+        slot.oldest = first if slot.oldest is None else min(slot.oldest, first)
+        return latest - slot.oldest > self.max_staleness
+
     def _deliver(self, slot: Slot, member: int, trajectory: Trajectory) -> None:
         if slot.closed:
             if slot.abandoned:
-                self.manager.drop("group_abandoned")
+                self.manager.drop(slot.drop_reason)
             return
         slot.results[member] = trajectory
         if len(slot.results) >= self.manager.spec.group_size:
@@ -212,13 +231,20 @@ class GroupRunner:
             trajectories = [slot.results[m] for m in sorted(slot.results)]
             self.manager.send_group(GroupResult(slot.ticket, self.env_spec.tag, trajectories))
 
-    def _abandon(self, slot: Slot, reason: str) -> None:
+    def _abandon(self, slot: Slot, reason: str, *, backoff: bool = True) -> None:
+        """Give the episode up: running members stop, finished ones are dropped, the queue is told.
+
+        ``backoff=False`` for stale episodes: nothing is wrong with the env, fresh work starts at once.
+        """
         if slot.closed:
             return
         slot.closed = slot.abandoned = True
-        self.given_up_in_row += 1
+        if backoff:
+            self.given_up_in_row += 1
+        else:
+            slot.drop_reason = reason
         if slot.results:
-            self.manager.drop("group_abandoned", count=len(slot.results))
+            self.manager.drop(slot.drop_reason, count=len(slot.results))
         self.manager.send_release(Release(slot.ticket, reason))
 
 

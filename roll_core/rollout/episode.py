@@ -38,6 +38,10 @@ class EpisodeCancelled(Exception):
     """The group no longer needs this episode (complete without it, or given up)."""
 
 
+class EpisodeStale(Exception):
+    """The episode already holds a turn too old for any future batch (async training): stop it."""
+
+
 @dataclass
 class EpisodeContext:
     """What every episode of one env manager shares."""
@@ -74,8 +78,13 @@ def turn_sampling(spec: RolloutSpec, env_spec: EnvSpec) -> SamplingParams:
 async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket: Ticket, member: int,
                        policy: TurnPolicy, *, route_key: str, cancelled: Callable[[], bool],
                        frames: list | None = None, wait_resumed: Callable[[], Any] | None = None,
-                       ) -> Trajectory:
-    """Play ``ticket``'s episode on ``env`` and return the finished trajectory."""
+                       stale: Callable[[int, int], bool] | None = None) -> Trajectory:
+    """Play ``ticket``'s episode on ``env`` and return the finished trajectory.
+
+    ``stale(first_turn_version, latest_version)`` is asked after every generation (async training):
+    versions only grow, so once it says yes the episode can never be trained on and
+    :class:`EpisodeStale` ends it before more env steps or generations are spent on it.
+    """
     spec, codec = ctx.spec, ctx.codec
     observation, info = await ctx.call_env(env.reset, seed=ticket.seed)
     instruction = info.get("instruction") or env.instruction
@@ -124,6 +133,10 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             raise EpisodeFailure("generation_error", f"generation failed: {type(exc).__name__}: {exc}") from exc
         if output.finish_reason == "abort":
             raise EpisodeFailure("generation_aborted", "generation was aborted")
+        version = int(output.policy_version)
+        if stale is not None and stale(turns[0].version if turns else version, version):
+            raise EpisodeStale(f"turn {turn_index} is on policy version {version}, the episode began on "
+                               f"{turns[0].version if turns else version}")
         response_ids = list(output.token_ids)
         full_text, response_text = codec.response_texts(response_ids)
         builder.add_response(response_ids, full_text)
@@ -134,7 +147,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             reward += ctx.format_penalty
         turns.append(Turn(
             prompt_ids=piece.ids, response_ids=response_ids, logprobs=list(output.logprobs),
-            version=int(output.policy_version), finish_reason=output.finish_reason, observation=observation,
+            version=version, finish_reason=output.finish_reason, observation=observation,
             prompt_text=piece.text, response_text=response_text, reward=float(reward), metrics=metrics,
         ))
         if frames is not None:

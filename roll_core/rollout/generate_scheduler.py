@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,9 @@ class GenerateScheduler:
         self.idle.set()
         self.version = 0
         self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0}
+        self.completed = 0  # requests answered
+        self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
+        self.busy_since: float | None = None
         self._dispatchers: list[asyncio.Task] = []
 
     # -- requests -----------------------------------------------------------------------------
@@ -110,6 +114,8 @@ class GenerateScheduler:
             batch = [p for p in await self._collect(worker) if not p.future.done()]
             if not batch:
                 continue
+            if not any(self.busy):
+                self.busy_since = time.perf_counter()
             self.busy[worker] = True
             self.idle.clear()
             try:
@@ -127,6 +133,7 @@ class GenerateScheduler:
                         requeue.append(p)
                     elif not p.future.done():
                         p.future.set_result(out)
+                        self.completed += 1
                 if requeue:  # regenerated after resume, by the new weights
                     self.stats_["requeued_aborts"] += len(requeue)
                     self.queues[worker].extendleft(reversed(requeue))
@@ -135,6 +142,7 @@ class GenerateScheduler:
                 self.busy[worker] = False
                 if not any(self.busy):
                     self.idle.set()
+                    self.busy_s += time.perf_counter() - self.busy_since
 
     # -- control ------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -168,6 +176,12 @@ class GenerateScheduler:
         finally:
             self.resume()
         return self.version
+
+    def activity(self) -> dict[str, float]:
+        """Cumulative generating time and answered requests; differences over a window of the
+        driver's (a train step) say how much generation overlapped it."""
+        running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
+        return {"busy_s": self.busy_s + running, "completed": float(self.completed)}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)

@@ -20,9 +20,28 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
+def staleness_metrics(trajectories: Sequence[Trajectory], version: int) -> dict[str, float]:
+    """How many policy versions each generated turn lags ``version`` (the weights being trained).
+
+    ``rollout/staleness/max`` and ``/mean`` over turns, and the histogram as one scalar per lag:
+    ``rollout/staleness/lag_{d}`` is the fraction of the batch's turns generated d versions ago.
+    """
+    lags = [version - turn.version for traj in trajectories for turn in traj.turns]
+    if not lags:
+        return {}
+    counts: dict[int, int] = defaultdict(int)
+    for lag in lags:
+        counts[lag] += 1
+    metrics = {"rollout/staleness/max": float(max(lags)), "rollout/staleness/mean": _mean(lags)}
+    for lag in range(min(0, min(lags)), max(lags) + 1):
+        metrics[f"rollout/staleness/lag_{lag}"] = counts[lag] / len(lags)
+    return metrics
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
-                    drops: Mapping[str, int] | None = None) -> dict[str, float]:
-    """Metrics of one batch: env metrics per tag, lengths, throughput, dropped trajectories."""
+                    drops: Mapping[str, int] | None = None, version: int | None = None) -> dict[str, float]:
+    """Metrics of one batch: env metrics per tag, lengths, throughput, dropped trajectories, and
+    (given the ``version`` being trained) the staleness of its turns."""
     metrics: dict[str, float] = {}
     by_tag: dict[str, list[Trajectory]] = defaultdict(list)
     for traj in trajectories:
@@ -50,6 +69,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
         "rollout/policy_version/max": float(max((t.max_version for t in trajectories), default=-1)),
         "time/get_batch": float(elapsed_s),
     })
+    if version is not None:
+        metrics.update(staleness_metrics(trajectories, version))
     drops = {k: v for k, v in (drops or {}).items() if k not in NOT_DROPS}
     metrics["rollout/dropped_trajectories"] = float(sum(drops.values()))
     for reason, count in sorted(drops.items()):
