@@ -16,6 +16,7 @@ from roll_core.errors import RollError
 #: pipeline_type -> "module:Class"
 PIPELINES: dict[str, str] = {
     "agentic": "roll_core.pipeline.agentic:AgenticPipeline",
+    "rlvr": "roll_core.pipeline.rlvr:RLVRPipeline",
 }
 
 

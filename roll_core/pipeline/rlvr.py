@@ -1,0 +1,214 @@
+"""The RLVR training loop on Ray: prompts from JSON lines, verifiable rewards per data domain.
+
+One step::
+
+    prompts (rollout_batch_size, drawn per domain_interleave_probs)
+      -> num_return_sequences_in_group responses each          actor_infer, via the generate scheduler
+      -> reward per response: the registered function of its row's domain (rlvr_rewards)
+    ref / old log-probs, advantages (pipeline="rlvr": GRPO normalises inside each prompt's group),
+    actor update, weight sync, metrics, validation every eval_steps, checkpoint every save_steps
+
+Everything that is not specific to prompts -- train workers, generation workers, weight sync,
+checkpoints and resume, Ctrl-C handling, the tracker -- is the agentic pipeline's
+(:class:`roll_core.pipeline.agentic.AgenticPipeline`), inherited. With ``async_generation_ratio: k``
+the next batches are generated while the trainer trains, at most k policy versions behind
+(:mod:`roll_core.pipeline.rlvr_rollout`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from roll_core.errors import ConfigError
+from roll_core.pipeline.agentic import AgenticPipeline, Timer, start_generation
+from roll_core.pipeline.tracking import MetricsTracker
+
+
+class RLVRPipeline(AgenticPipeline):
+    """See the module docstring."""
+
+    def __init__(self, resolved: Any, *, stream=None):
+        from roll_core.algorithms import kl_controller_from_config
+        from roll_core.plugins import get_registry
+
+        self.resolved = resolved
+        self.config = config = resolved.config
+        estimator = get_registry().get("advantage_estimator", config.adv_estimator, config_key="adv_estimator")
+        self.needs_critic = bool(estimator.options.get("needs_critic"))
+        self.use_reference = bool(config.enable_reference or config.use_kl_loss or config.init_kl_coef > 0)
+        self.max_steps = int(config.max_steps)
+        if self.max_steps < 0:
+            raise ConfigError("max_steps: -1 (no limit) is not supported by the RLVR pipeline; set a number.")
+        self.step = 0
+        self.kl_ctrl = kl_controller_from_config(config)
+        self.stream = stream
+        self.tracker = MetricsTracker(config.logging_dir, stream=stream, title=(
+            f"{config.exp_name}: {config.adv_estimator} on {', '.join(config.rewards)}"))
+        self.workers: dict[str, Any] = {}
+        self.generation: Any = None
+        self.train_rollout: Any = None
+        self.val_rollout: Any = None  # validation goes through train_rollout.generate (same workers)
+        self.val_rows: list[Any] = []
+        self.warmup_dir: str | None = None
+        self.last_batch: Any = None
+        self.pad_id = 0
+        self._stop_requested = False
+
+    # -- setup ---------------------------------------------------------------------------------
+    def start_rollouts(self) -> None:
+        """Tokenizer, prompts, reward functions, the inference workers and the rollout around them."""
+        from roll_core.data import PromptSampler, load_prompts
+        from roll_core.pipeline.rlvr_rewards import RewardDispatcher
+        from roll_core.pipeline.rlvr_rollout import RLVRRollout
+        from roll_core.rollout.tokenizer import rollout_tokenizer
+        from roll_core.strategies.sampling import sampling_from_generating_args
+
+        c = self.config
+        data_args = c.actor_train.data_args
+        if data_args is None or not data_args.file_name:
+            raise ConfigError("actor_train.data_args.file_name is not set: the RLVR pipeline trains on prompts "
+                              "from JSON-lines files (one object per line with a prompt or messages column).")
+        tokenizer = rollout_tokenizer(c, model_free=False)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        template = c.global_template or data_args.template
+        rows = load_prompts(data_args.file_name, tokenizer, data_args=data_args, rewards=c.rewards,
+                            prompt_length=c.prompt_length, template=template)
+        sampler = PromptSampler(rows, seed=c.seed, probs=data_args.domain_interleave_probs)
+        dispatcher = RewardDispatcher(c.rewards)
+        self.generation = start_generation(c, num_gpus=self.gpu_shares()["actor_infer"])
+        self.train_rollout = RLVRRollout(
+            scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
+            sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
+            group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
+            async_ratio=c.async_generation_ratio)
+        val_files, val_args = self.validation_files()
+        if c.eval_steps > 0 and val_files:
+            val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,
+                                    prompt_length=c.val_prompt_length or c.prompt_length,
+                                    template=c.global_template or val_args.template)
+            self.val_rows = val_rows[: c.val_batch_size] if c.val_batch_size > 0 else val_rows
+
+    def validation_files(self) -> tuple[Any, Any]:
+        """``validation.data_args.file_name``, else ``actor_train.data_args.eval_file_name``."""
+        c = self.config
+        val_args = c.validation.data_args if c.validation is not None else None
+        if val_args is not None and val_args.file_name:
+            return val_args.file_name, val_args
+        train_args = c.actor_train.data_args
+        return train_args.eval_file_name, train_args
+
+    def validation_sampling(self):
+        from dataclasses import replace
+
+        from roll_core.strategies.sampling import sampling_from_generating_args
+
+        c = self.config
+        args = c.validation.generating_args if c.validation is not None else c.actor_infer.generating_args
+        sampling = sampling_from_generating_args(args)
+        return replace(sampling, temperature=0.0) if c.val_greedy else sampling
+
+    def prepare(self) -> None:
+        """Before step 1: the train workers, then the untrained model's validation."""
+        self.start_train_workers()
+        if self.val_rows:
+            metrics = self.validate(step=0)
+            self.tracker.log(0, metrics)
+            self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
+            self.plot()
+
+    # -- one step --------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        """Generate (or take the batch generated ahead), score, compute advantages, train, sync."""
+        from roll_core.pipeline.rlvr_rollout import summary
+
+        c = self.config
+        step = self.step + 1
+        timer = Timer()
+        started = time.perf_counter()
+        with timer("rollout"):
+            samples, metrics = self.train_rollout.get_batch(step)
+        self.last_batch = samples
+        metrics.update(summary(samples, "train"))
+        metrics["train/samples"] = float(len(samples))
+        data = samples.to_batch(self.pad_id)
+        if c.max_len_mask:  # responses cut by the length limit teach nothing about the answer
+            mask = data["response_mask"][:, 1:].clone()
+            mask[data["truncated"]] = 0
+            data["loss_mask"] = mask
+        metrics.update(self.optimize(data, step, timer))
+        with timer("sync"):
+            self.sync_weights(version=step)
+        self.step = step
+
+        if self.val_rows and (step % c.eval_steps == 0 or step == self.max_steps):
+            with timer("val"):
+                metrics.update(self.validate(step=step))
+        timings = {**timer.phases, "step": time.perf_counter() - started}
+        metrics.update({f"time/{k}": v for k, v in timings.items()})
+        if step % c.logging_steps == 0 or step == self.max_steps:
+            self.tracker.log(step, metrics)
+            self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
+        else:
+            self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
+        if "val/success" in metrics or step == self.max_steps:
+            self.plot()
+        if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
+            self.save()
+        return metrics
+
+    def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
+        """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
+        import ray
+
+        c = self.config
+        metrics: dict[str, float] = {}
+        actor = self.workers["actor_train"]
+        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
+        if self.use_reference:
+            with timer("ref_logp"):
+                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
+        if self.recompute_old_log_probs(len(data["input_ids"])):
+            with timer("old_logp"):
+                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
+        if self.needs_critic:
+            with timer("values"):
+                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
+        with timer("advantages"):
+            metrics.update(self.compute_advantages(data))
+        train_ref = ray.put({k: v for k, v in data.items() if k not in ("domain", "truncated")})
+        if self.needs_critic:
+            with timer("critic"):
+                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
+        if step > c.critic_warmup or not self.needs_critic:
+            with timer("actor"):
+                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
+        return metrics
+
+    def compute_advantages(self, data: dict[str, Any]) -> dict[str, float]:
+        """Rewards -> advantages with RLVR's normalisation (groups: the responses of one prompt)."""
+        from roll_core.algorithms import apply_train_infer_correction, compute_advantages
+
+        outputs, metrics = compute_advantages(data, self.config, pipeline="rlvr", kl_ctrl=self.kl_ctrl)
+        data.update(outputs)
+        if "old_log_probs" in data:
+            updates, correction_metrics = apply_train_infer_correction(data, self.config)
+            data.update(updates)
+            metrics.update(correction_metrics)
+        return metrics
+
+    # -- validation ------------------------------------------------------------------------------
+    def validate(self, step: int, prefix: str = "val") -> dict[str, float]:
+        """The same validation prompts every time; ``val/success`` is their accuracy (for the curve)."""
+        from roll_core.pipeline.rlvr_rollout import summary
+
+        c = self.config
+        self.train_rollout.pause()  # generation ahead of training waits for validation
+        try:
+            samples = self.train_rollout.generate(self.val_rows, "val", sampling=self.validation_sampling(),
+                                                  group_size=c.val_n_sample)
+        finally:
+            self.train_rollout.resume()
+        metrics = summary(samples, prefix)
+        metrics[f"{prefix}/success"] = metrics[f"{prefix}/accuracy"]
+        return metrics
