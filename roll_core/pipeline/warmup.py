@@ -80,6 +80,7 @@ def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
                 for name in {warmup.policy, *(["scripted"] * (warmup.solver_fraction > 0))}}
     metrics: dict[str, float] = {}
     solver_steps = 0
+    report_every = max(1, warmup.steps // 10)  # a progress line every tenth of the warm start
     try:
         pending = None
         for step in range(warmup.steps):
@@ -90,6 +91,9 @@ def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
             rows = {k: data[k] for k in ("input_ids", "attention_mask", "response_mask")}
             if pending is not None:
                 metrics = ray.get(pending)
+                if step % report_every == 0:  # the step before this one is done
+                    pipeline.tracker.print(f"warm start {step}/{warmup.steps} | response nll {metrics['sft/nll']:.3f} "
+                                           f"| {time.perf_counter() - started:.0f}s")
             pending = worker.train_sft.remote(rows)
             demo = trajectory_summary(batch.trajectories, "sft_demos")
         if pending is not None:
