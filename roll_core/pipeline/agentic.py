@@ -99,7 +99,17 @@ def trajectory_summary(trajectories: list[Any], prefix: str) -> dict[str, float]
 
 
 class AgenticPipeline:
-    """Builds the workers and rollouts of an agentic config and trains (see the module docstring)."""
+    """Builds the workers and rollouts of an agentic config and trains (see the module docstring).
+
+    The RLVR pipeline subclasses it and replaces what is specific to env trajectories:
+    :meth:`start_rollouts`, :meth:`collect`, :meth:`validate`, :meth:`has_validation`,
+    :meth:`title` and :attr:`NON_TRAIN_KEYS`.
+    """
+
+    #: pipeline name in messages
+    NAME = "agentic"
+    #: per-row batch entries the train workers never read (kept out of what is shipped to them)
+    NON_TRAIN_KEYS: tuple[str, ...] = ("env_metrics", "end_reason")
 
     def __init__(self, resolved: Any, *, stream=None):
         from roll_core.algorithms import kl_controller_from_config
@@ -113,12 +123,11 @@ class AgenticPipeline:
         self.use_reference = bool(config.enable_reference or config.use_kl_loss or config.init_kl_coef > 0)
         self.max_steps = int(config.max_steps)
         if self.max_steps < 0:
-            raise ConfigError("max_steps: -1 (no limit) is not supported by the agentic pipeline; set a number.")
+            raise ConfigError(f"max_steps: -1 (no limit) is not supported by the {self.NAME} pipeline; set a number.")
         self.step = 0
         self.kl_ctrl = kl_controller_from_config(config)
         self.stream = stream
-        self.tracker = MetricsTracker(config.logging_dir, title=f"{config.exp_name}: {config.adv_estimator} on "
-                                      f"{', '.join(config.train_env_manager.tags)}", stream=stream)
+        self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream)
         self.workers: dict[str, Any] = {}
         self.generation: Any = None
         self.train_rollout: Any = None
@@ -128,6 +137,11 @@ class AgenticPipeline:
         self._stop_requested = False
 
     # -- setup ---------------------------------------------------------------------------------
+    def title(self) -> str:
+        """The learning curve's title."""
+        c = self.config
+        return f"{c.exp_name}: {c.adv_estimator} on {', '.join(c.train_env_manager.tags)}"
+
     def num_optimizer_steps(self) -> int:
         """Optimiser steps of the whole run, for LR schedules."""
         c = self.config
@@ -236,47 +250,14 @@ class AgenticPipeline:
 
     def train_step(self) -> dict[str, float]:
         """One pipeline step (see the module docstring); returns its metrics."""
-        import ray
-
         c = self.config
         step = self.step + 1
         timer = Timer()
         started = time.perf_counter()
         with timer("rollout"):
-            batch = self.train_rollout.get_batch(c.rollout_batch_size)
+            data, metrics = self.collect(step)
         generated_before = self.generation.activity()  # generation from here to the sync overlaps training
-        self.last_batch = batch  # kept for inspection (tests, debugging); replaced every step
-        data = batch_dict(batch)
-        data["infer_log_probs"] = data.pop("infer_logprobs")
-        metrics: dict[str, float] = dict(batch.metrics)
-        metrics.update(trajectory_summary(batch.trajectories, "train"))
-        metrics["train/samples"] = float(len(data["traj_id"]))  # rows: episodes, or turns when step-wise
-        actor = self.workers["actor_train"]
-        model_data = {k: data[k] for k in ("input_ids", "attention_mask", "response_mask")}
-        data_ref = ray.put(model_data)
-
-        if self.use_reference:
-            with timer("ref_logp"):
-                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
-        if self.recompute_old_log_probs(len(data["traj_id"])):
-            with timer("old_logp"):
-                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
-        if self.needs_critic:
-            with timer("values"):
-                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
-
-        with timer("advantages"):
-            metrics.update(self.compute_advantages(data))
-
-        train_data = {k: v for k, v in data.items() if k not in ("env_metrics", "end_reason")}
-        train_ref = ray.put(train_data)
-        if self.needs_critic:
-            with timer("critic"):
-                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
-        if step > c.critic_warmup or not self.needs_critic:
-            with timer("actor"):
-                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs,
-                                                                 shuffle_seed=step)))
+        metrics.update(self.optimize(data, step, timer))
         generated_after = self.generation.activity()
         metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
         metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
@@ -284,7 +265,7 @@ class AgenticPipeline:
             self.sync_weights(version=step)
         self.step = step
 
-        if c.eval_steps > 0 and self.val_rollout is not None and (step % c.eval_steps == 0 or step == self.max_steps):
+        if self.has_validation() and (step % c.eval_steps == 0 or step == self.max_steps):
             with timer("val"):
                 metrics.update(self.validate(step=step))
         timings = {**timer.phases, "step": time.perf_counter() - started}
@@ -294,10 +275,52 @@ class AgenticPipeline:
             self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
         else:
             self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
-        if "val/success" in metrics:
+        if "val/success" in metrics or step == self.max_steps:
             self.plot()
         if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
             self.save()
+        return metrics
+
+    def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """The step's training batch (a dict of tensors and per-row lists) and its rollout metrics."""
+        batch = self.train_rollout.get_batch(self.config.rollout_batch_size)
+        self.last_batch = batch  # kept for inspection (tests, debugging); replaced every step
+        data = batch_dict(batch)
+        data["infer_log_probs"] = data.pop("infer_logprobs")
+        metrics: dict[str, float] = dict(batch.metrics)
+        metrics.update(trajectory_summary(batch.trajectories, "train"))
+        metrics["train/samples"] = float(len(data["traj_id"]))  # rows: episodes, or turns when step-wise
+        return data, metrics
+
+    def has_validation(self) -> bool:
+        return self.config.eval_steps > 0 and self.val_rollout is not None
+
+    def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
+        """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
+        import ray
+
+        c = self.config
+        metrics: dict[str, float] = {}
+        actor = self.workers["actor_train"]
+        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
+        if self.use_reference:
+            with timer("ref_logp"):
+                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
+        if self.recompute_old_log_probs(len(data["input_ids"])):
+            with timer("old_logp"):
+                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
+        if self.needs_critic:
+            with timer("values"):
+                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
+        with timer("advantages"):
+            metrics.update(self.compute_advantages(data))
+        train_ref = ray.put({k: v for k, v in data.items() if k not in self.NON_TRAIN_KEYS})
+        if self.needs_critic:
+            with timer("critic"):
+                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
+        if step > c.critic_warmup or not self.needs_critic:
+            with timer("actor"):
+                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
         return metrics
 
     def recompute_old_log_probs(self, rows: int) -> bool:
@@ -317,7 +340,7 @@ class AgenticPipeline:
         """Rewards -> advantages (estimator plugin), then the optional train-inference correction."""
         from roll_core.algorithms import apply_train_infer_correction, compute_advantages
 
-        outputs, metrics = compute_advantages(data, self.config, pipeline="agentic", kl_ctrl=self.kl_ctrl)
+        outputs, metrics = compute_advantages(data, self.config, pipeline=self.NAME, kl_ctrl=self.kl_ctrl)
         data.update(outputs)
         if "old_log_probs" in data:
             updates, correction_metrics = apply_train_infer_correction(data, self.config)

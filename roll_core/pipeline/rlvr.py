@@ -17,43 +17,27 @@ the next batches are generated while the trainer trains, at most k policy versio
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from roll_core.errors import ConfigError
-from roll_core.pipeline.agentic import AgenticPipeline, Timer, start_generation
-from roll_core.pipeline.tracking import MetricsTracker
+from roll_core.pipeline.agentic import AgenticPipeline, start_generation
 
 
 class RLVRPipeline(AgenticPipeline):
     """See the module docstring."""
 
-    def __init__(self, resolved: Any, *, stream=None):
-        from roll_core.algorithms import kl_controller_from_config
-        from roll_core.plugins import get_registry
+    NAME = "rlvr"
+    NON_TRAIN_KEYS = ("domain", "truncated")
 
-        self.resolved = resolved
-        self.config = config = resolved.config
-        estimator = get_registry().get("advantage_estimator", config.adv_estimator, config_key="adv_estimator")
-        self.needs_critic = bool(estimator.options.get("needs_critic"))
-        self.use_reference = bool(config.enable_reference or config.use_kl_loss or config.init_kl_coef > 0)
-        self.max_steps = int(config.max_steps)
-        if self.max_steps < 0:
-            raise ConfigError("max_steps: -1 (no limit) is not supported by the RLVR pipeline; set a number.")
-        self.step = 0
-        self.kl_ctrl = kl_controller_from_config(config)
-        self.stream = stream
-        self.tracker = MetricsTracker(config.logging_dir, stream=stream, title=(
-            f"{config.exp_name}: {config.adv_estimator} on {', '.join(config.rewards)}"))
-        self.workers: dict[str, Any] = {}
-        self.generation: Any = None
-        self.train_rollout: Any = None
-        self.val_rollout: Any = None  # validation goes through train_rollout.generate (same workers)
+    def __init__(self, resolved: Any, *, stream=None):
+        super().__init__(resolved, stream=stream)
+        # validation goes through train_rollout.generate (the same workers) on these prompts
         self.val_rows: list[Any] = []
-        self.warmup_dir: str | None = None
-        self.last_batch: Any = None
         self.pad_id = 0
-        self._stop_requested = False
+
+    def title(self) -> str:
+        c = self.config
+        return f"{c.exp_name}: {c.adv_estimator} on {', '.join(c.rewards)}"
 
     # -- setup ---------------------------------------------------------------------------------
     def start_rollouts(self) -> None:
@@ -118,84 +102,23 @@ class RLVRPipeline(AgenticPipeline):
             self.plot()
 
     # -- one step --------------------------------------------------------------------------------
-    def train_step(self) -> dict[str, float]:
-        """Generate (or take the batch generated ahead), score, compute advantages, train, sync."""
+    def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """The batch generated for ``step`` (or ahead of it), scored, as padded rows."""
         from roll_core.pipeline.rlvr_rollout import summary
 
-        c = self.config
-        step = self.step + 1
-        timer = Timer()
-        started = time.perf_counter()
-        with timer("rollout"):
-            samples, metrics = self.train_rollout.get_batch(step)
+        samples, metrics = self.train_rollout.get_batch(step)
         self.last_batch = samples
         metrics.update(summary(samples, "train"))
         metrics["train/samples"] = float(len(samples))
         data = samples.to_batch(self.pad_id)
-        if c.max_len_mask:  # responses cut by the length limit teach nothing about the answer
+        if self.config.max_len_mask:  # responses cut by the length limit teach nothing about the answer
             mask = data["response_mask"][:, 1:].clone()
             mask[data["truncated"]] = 0
             data["loss_mask"] = mask
-        metrics.update(self.optimize(data, step, timer))
-        with timer("sync"):
-            self.sync_weights(version=step)
-        self.step = step
+        return data, metrics
 
-        if self.val_rows and (step % c.eval_steps == 0 or step == self.max_steps):
-            with timer("val"):
-                metrics.update(self.validate(step=step))
-        timings = {**timer.phases, "step": time.perf_counter() - started}
-        metrics.update({f"time/{k}": v for k, v in timings.items()})
-        if step % c.logging_steps == 0 or step == self.max_steps:
-            self.tracker.log(step, metrics)
-            self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
-        else:
-            self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
-        if "val/success" in metrics or step == self.max_steps:
-            self.plot()
-        if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
-            self.save()
-        return metrics
-
-    def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
-        """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
-        import ray
-
-        c = self.config
-        metrics: dict[str, float] = {}
-        actor = self.workers["actor_train"]
-        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
-        if self.use_reference:
-            with timer("ref_logp"):
-                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
-        if self.recompute_old_log_probs(len(data["input_ids"])):
-            with timer("old_logp"):
-                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
-        if self.needs_critic:
-            with timer("values"):
-                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
-        with timer("advantages"):
-            metrics.update(self.compute_advantages(data))
-        train_ref = ray.put({k: v for k, v in data.items() if k not in ("domain", "truncated")})
-        if self.needs_critic:
-            with timer("critic"):
-                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
-        if step > c.critic_warmup or not self.needs_critic:
-            with timer("actor"):
-                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
-        return metrics
-
-    def compute_advantages(self, data: dict[str, Any]) -> dict[str, float]:
-        """Rewards -> advantages with RLVR's normalisation (groups: the responses of one prompt)."""
-        from roll_core.algorithms import apply_train_infer_correction, compute_advantages
-
-        outputs, metrics = compute_advantages(data, self.config, pipeline="rlvr", kl_ctrl=self.kl_ctrl)
-        data.update(outputs)
-        if "old_log_probs" in data:
-            updates, correction_metrics = apply_train_infer_correction(data, self.config)
-            data.update(updates)
-            metrics.update(correction_metrics)
-        return metrics
+    def has_validation(self) -> bool:
+        return bool(self.val_rows)
 
     # -- validation ------------------------------------------------------------------------------
     def validate(self, step: int, prefix: str = "val") -> dict[str, float]:
