@@ -47,6 +47,22 @@ def warmup_config(config: Any) -> Any:
     return config.model_copy(update={"actor_train": config.actor_train.model_copy(update={"training_args": targs})})
 
 
+def demonstration_config(config: Any) -> Any:
+    """``config`` with the train envs ungrouped: every env plays an instance of its own.
+
+    Groups exist for the RL baselines; for demonstrations they only repeat one instance
+    ``group_size`` times (the solver plays a map the same way every time), so a batch of ``n``
+    grouped trajectories would hold ``n / group_size`` distinct instances.
+    """
+    manager = config.train_env_manager
+    n = manager.group_size
+    update: dict[str, Any] = {"num_env_groups": manager.num_env_groups * n, "group_size": 1,
+                              "group_size_redundancy": 0}
+    if manager.num_groups_partition:
+        update["num_groups_partition"] = [count * n for count in manager.num_groups_partition]
+    return config.model_copy(update={"train_env_manager": manager.model_copy(update=update)})
+
+
 def with_model(config: Any, path: str) -> Any:
     """``config`` with the policy's train-side workers (actor_train, reference) starting from ``path``."""
     updates = {}
@@ -68,14 +84,13 @@ def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
 
     config = pipeline.config
     warmup = config.warmup_sft
-    group_size = config.train_env_manager.group_size
     batch_size = warmup.batch_size or config.rollout_batch_size
-    batch_size = max(group_size, batch_size - batch_size % group_size)
     out_dir = os.path.join(config.output_dir, WARMUP_DIR)
     started = time.perf_counter()
     worker = ray.remote(TrainWorker).options(**actor_options(config, "actor_train", 0.0)).remote(
         warmup_config(config), "actor_train", num_training_steps=warmup.steps)
-    policies = {name: RolloutScheduler.from_config(config, "train", policy=name, seed=config.seed + SEED_OFFSET,
+    demos = demonstration_config(config)
+    policies = {name: RolloutScheduler.from_config(demos, "train", policy=name, seed=config.seed + SEED_OFFSET,
                                                     async_generation_ratio=0.0)
                 for name in {warmup.policy, *(["scripted"] * (warmup.solver_fraction > 0))}}
     metrics: dict[str, float] = {}

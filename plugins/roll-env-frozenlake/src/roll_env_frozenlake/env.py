@@ -8,6 +8,7 @@ The text view follows ROLL's vocabulary: ``P`` player, ``_`` frozen, ``O`` hole,
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -103,9 +104,7 @@ class FrozenLakeEnv(TextEnv):
         else:
             rng = self.np_random if self.config.map_seed is None else np.random.default_rng(self.config.map_seed)
             desc = generate_map(self.config.size, self.config.p, rng)
-        model = GymFrozenLake(desc=desc, is_slippery=self.config.is_slippery,
-                              success_rate=self.config.success_rate)
-        self._transitions = model.P
+        self._transitions = _transitions(tuple(desc), self.config.is_slippery, self.config.success_rate)
         self.desc = desc
         self.position = find(desc, "S")
         return self.observation(), {"map": list(desc)}
@@ -150,6 +149,16 @@ class FrozenLakeEnv(TextEnv):
         """
         path = shortest_path(self.desc, self.position)
         return None if path is None else [self.action_words[a] for a in path]
+
+
+@functools.lru_cache(maxsize=1024)
+def _transitions(desc: tuple[str, ...], is_slippery: bool, success_rate: float) -> dict:
+    """gymnasium's transition table ``P`` of a map, built once per map.
+
+    Building it is most of a reset's cost, and the envs of a group replay one map; the table is
+    only read, so sharing it between envs of one process is safe.
+    """
+    return GymFrozenLake(desc=list(desc), is_slippery=is_slippery, success_rate=success_rate).P
 
 
 def _tiles() -> dict[int, np.ndarray]:
