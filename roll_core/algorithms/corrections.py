@@ -89,13 +89,16 @@ def apply_train_infer_correction(
     Needs ``old_log_probs`` and ``infer_log_probs`` (label-aligned, 0 off the response) and the
     mask (``loss_mask`` if present, else ``response_mask[:, 1:]``). Returns ``{"is_weights": w}``
     when the IS weight is enabled and ``{"loss_mask": m}`` when a filter is enabled (filters apply
-    in order); nothing when the correction is off.
+    in order); nothing when the correction is off. The metric ``train_infer/logprob_abs_diff`` (mean
+    ``|old - infer|`` over the mask) is always returned.
     """
     cfg = hp(config, "train_infer_correction")
     mask = label_mask(data)
     old, infer = data["old_log_probs"].detach(), data["infer_log_probs"]
     updates: dict[str, Tensor] = {}
-    metrics: dict[str, float] = {}
+    # always reported: with matching engines and weights it is ~0; a large value means the
+    # sampled tokens were not conditioned on the rows being trained (or the weights differ)
+    metrics: dict[str, float] = {"train_infer/logprob_abs_diff": float(masked_mean((old - infer).abs(), mask))}
     for f in cfg.filters or ():
         if not f.enabled:
             continue

@@ -114,11 +114,12 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             conversation.messages.pop()
             truncated, end_reason = True, "sequence_length"
             break
+        prompt_ids = builder.request_ids(piece)  # the stream so far plus this turn's prompt
         builder.commit(piece)
         mismatches += piece.template_mismatch
         request = GenerationRequest(
             request_id=f"{traj_id}-t{turn_index}",
-            prompt_ids=builder.request_ids(piece),
+            prompt_ids=prompt_ids,
             # a per-request seed makes the sampled tokens independent of how requests happen to be
             # batched (timing), so a sync-mode run is reproducible and resumes exactly
             sampling=replace(sampling, max_new_tokens=min(sampling.max_new_tokens, budget),

@@ -246,7 +246,9 @@ def test_train_infer_correction_weights_and_filters(make_config):
         "infer_log_probs": t(-1.3, -0.4, -1.0, -2.05).reshape(2, 2),
         "response_mask": torch.tensor([[0, 1, 1], [0, 1, 1]]),
     }
-    assert apply_train_infer_correction(data, make_config()) == ({}, {})
+    updates, metrics = apply_train_infer_correction(data, make_config())
+    assert updates == {}  # the correction is off: nothing changes, the mismatch is still reported
+    assert metrics == {"train_infer/logprob_abs_diff": pytest.approx((0.3 + 0.1 + 0.0 + 0.05) / 4)}
     updates, metrics = apply_train_infer_correction(
         data, make_config(is_weight=dict(enabled=True), filters=[{}])
     )

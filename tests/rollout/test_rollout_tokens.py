@@ -150,6 +150,39 @@ def test_episode_marks_only_model_tokens_and_drops_the_final_observation(codec, 
     assert codec.decode(ids) == codec.render(traj.messages, add_generation_prompt=False)[:len(codec.decode(ids))]
 
 
+class RecordingPolicy(TurnPolicy):
+    """The random policy, keeping every request's prompt."""
+
+    def __init__(self, codec):
+        self.inner = make_turn_policy("random", codec)
+        self.prompts = []
+
+    def start_episode(self, seed):
+        self.inner.start_episode(seed)
+
+    async def generate(self, request, env, observation, version):
+        self.prompts.append(list(request.prompt_ids))
+        return await self.inner.generate(request, env, observation, version)
+
+
+@pytest.mark.parametrize("granularity,window", [("trajectory", None), ("step", 1), ("step", 0)])
+def test_the_model_is_conditioned_on_exactly_the_row_it_trains_on(codec, test_registry, granularity, window):
+    """Each request's prompt is the row's tokens before that response: what is sampled is what trains
+    (a prompt seen twice at generation, or missing, would make every log-prob off-policy)."""
+    spec = counting_spec(granularity=granularity,
+                         envs={"Counting": EnvSpec("Counting", "test_counting", env_config={"max_target": 4},
+                                                   history_window=window)})
+    policy = RecordingPolicy(codec)
+    traj = run_episode(codec, test_registry, spec, policy, env_config={"max_target": 20, "max_steps": 5})
+    assert len(policy.prompts) == len(traj.turns) >= 2
+    if granularity == "trajectory":
+        ids, mask, _ = traj.token_stream()
+        starts = [i for i in range(len(mask)) if mask[i] and (i == 0 or not mask[i - 1])]
+        assert [ids[:start] for start in starts] == policy.prompts
+    else:
+        assert [list(turn.prompt_ids) for turn in traj.turns] == policy.prompts
+
+
 def test_sequence_length_ends_the_episode_cleanly(codec, test_registry):
     spec = counting_spec(sequence_length=300)
     env_config = {"max_target": 50, "max_steps": 40}
