@@ -129,9 +129,4 @@ def plot(path: str, runs: list[dict], ratios: list[float]) -> None:
 
 
 if __name__ == "__main__":
-    import ray
-
-    try:
-        main()
-    finally:
-        ray.shutdown()
+    measure.run_main(main)

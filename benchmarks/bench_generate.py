@@ -168,9 +168,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # vLLM spawns processes: the entry point must be guarded
-    import ray
-
-    try:
-        main()
-    finally:
-        ray.shutdown()
+    measure.run_main(main)

@@ -117,9 +117,4 @@ def plot(args, points) -> None:
 
 
 if __name__ == "__main__":
-    import ray
-
-    try:
-        main()
-    finally:
-        ray.shutdown()
+    measure.run_main(main)

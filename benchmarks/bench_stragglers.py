@@ -188,9 +188,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import ray
-
-    try:
-        main()
-    finally:
-        ray.shutdown()
+    measure.run_main(main)

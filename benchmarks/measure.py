@@ -296,3 +296,13 @@ def cprofile_top(fn: Callable[[], Any], label: str, *, top: int = 14, sort: str 
     for text in body:
         print(f"  {text}")
     return body
+
+
+def run_main(main: Callable[[], None]) -> None:
+    """Run a benchmark's ``main`` and always stop the Ray cluster it may have started."""
+    try:
+        main()
+    finally:
+        import ray
+
+        ray.shutdown()
