@@ -22,11 +22,13 @@ PROGRESS_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("loss", "actor/pg_loss", "{:+.4f}"),
 )
 
-#: series drawn by the learning curve: (metric key, label, axis) — axis 0: success, 1: reward
-CURVE_SERIES: tuple[tuple[str, str, int], ...] = (
-    ("val/success", "validation success (unseen maps)", 0),
-    ("train/success", "train success", 0),
-    ("train/reward_mean", "train reward mean", 1),
+#: series drawn by the learning curve: (metric key, label, axis, style) — axis 0: success, 1: reward
+CURVE_SERIES: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
+    ("val/success", "validation success", 0, dict(marker="o", linewidth=2.2, color="tab:blue")),
+    ("train/success", "train success", 0, dict(linewidth=1.2, alpha=0.7, color="tab:green")),
+    ("train/accuracy", "train accuracy", 0, dict(linewidth=1.2, alpha=0.7, color="tab:green")),
+    ("train/reward_mean", "train reward mean", 1,
+     dict(linewidth=1.0, alpha=0.5, color="tab:orange", linestyle="--")),
 )
 
 
@@ -80,10 +82,10 @@ class MetricsTracker:
     def plot(self, path: str) -> str | None:
         """Draw success and reward against the step into ``path`` (PNG); None when nothing to draw."""
         series = []
-        for key, label, axis in CURVE_SERIES:
+        for key, label, axis, style in CURVE_SERIES:
             points = [(e["step"], e[key]) for e in self.history if key in e]
             if points:
-                series.append((label, axis, points))
+                series.append((label, axis, style, points))
         if not series:
             return None
         import matplotlib
@@ -93,17 +95,14 @@ class MetricsTracker:
 
         fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
         reward_ax = None
-        styles = {"validation success (unseen maps)": dict(marker="o", linewidth=2.2, color="tab:blue"),
-                  "train success": dict(linewidth=1.2, alpha=0.7, color="tab:green"),
-                  "train reward mean": dict(linewidth=1.0, alpha=0.5, color="tab:orange", linestyle="--")}
         lines = []
-        for label, axis, points in series:
+        for label, axis, style, points in series:
             xs, ys = zip(*points)
             target = ax
             if axis == 1:
                 reward_ax = reward_ax or ax.twinx()
                 target = reward_ax
-            lines += target.plot(xs, ys, label=label, **styles.get(label, {}))
+            lines += target.plot(xs, ys, label=label, **style)
         ax.set_xlabel("training step")
         ax.set_ylabel("success rate")
         ax.set_ylim(-0.02, 1.02)

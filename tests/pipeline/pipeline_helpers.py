@@ -25,6 +25,7 @@ def tiny_frozen_lake(tmp: Path, **extra: str) -> list[str]:
         "actor_train.training_args.per_device_train_batch_size": "8",
         "actor_train.training_args.gradient_accumulation_steps": "1",
         "warmup_sft.steps": "20",  # enough for some valid answers: rewards differ, updates are non-zero
+        "warmup_sft.policy": "random",  # the format only: what the model learns beyond it is RL's
         "warmup_sft.batch_size": "8",
         "warmup_sft.learning_rate": "5e-3",
         "eval_steps": "0",

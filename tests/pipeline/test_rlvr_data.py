@@ -117,8 +117,9 @@ def test_rewards_dispatch_per_domain(config):
     assert rewards.score("arithmetic", "3+4=", " 7", "7") == (1.0, True)
     assert rewards.score("arithmetic", "3+4=", "x8y", "7") == (0.0, False)
     assert rewards.score("arithmetic", "3+4=", "<answer>7.0</answer>", "7") == (1.0, True)
-    # the regex domain uses the domain's format_pattern: one number, whatever it is
-    assert rewards.score("number_format", "3+4=", "ab 12 c", "7") == (1.0, True)
+    # the regex domain uses the domain's format_pattern: one digit, whatever it is
+    assert rewards.score("number_format", "3+4=", "ab 2 c", "7") == (1.0, True)
+    assert rewards.score("number_format", "3+4=", "12", "7") == (0.0, False)  # "5555" must not pass
     assert rewards.score("number_format", "3+4=", "1 and 2", "7") == (0.0, False)
     with pytest.raises(RollError, match="no reward for domain 'arithmetc'.*Did you mean 'arithmetic'"):
         rewards.score("arithmetc", "3+4=", "7", "7")
