@@ -227,7 +227,7 @@ class AgenticPipeline:
         if self.warmup_steps():
             from roll_core.pipeline.warmup import run_warmup, with_model
 
-            if self.val_rollout is not None:
+            if self.has_validation():
                 metrics = self.validate(step=0, prefix="val_untrained")
                 self.tracker.log(0, metrics)
                 self.tracker.print(f"untrained model: val success {metrics['val_untrained/success']:.3f}")
@@ -242,7 +242,7 @@ class AgenticPipeline:
         self.start_train_workers()
         if self.warmup_dir:
             self.sync_weights(version=0)
-        if self.val_rollout is not None:
+        if self.has_validation():
             metrics = self.validate(step=0)
             self.tracker.log(0, metrics)
             self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
@@ -275,7 +275,7 @@ class AgenticPipeline:
             self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
         else:
             self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
-        if "val/success" in metrics or step == self.max_steps:
+        if "val/success" in metrics:  # the run's end is drawn by finish()
             self.plot()
         if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
             self.save()
@@ -293,6 +293,7 @@ class AgenticPipeline:
         return data, metrics
 
     def has_validation(self) -> bool:
+        """Whether this run validates (at step 0 and every ``eval_steps``)."""
         return self.config.eval_steps > 0 and self.val_rollout is not None
 
     def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:

@@ -92,15 +92,6 @@ class RLVRPipeline(AgenticPipeline):
         sampling = sampling_from_generating_args(args)
         return replace(sampling, temperature=0.0) if c.val_greedy else sampling
 
-    def prepare(self) -> None:
-        """Before step 1: the train workers, then the untrained model's validation."""
-        self.start_train_workers()
-        if self.val_rows:
-            metrics = self.validate(step=0)
-            self.tracker.log(0, metrics)
-            self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
-            self.plot()
-
     # -- one step --------------------------------------------------------------------------------
     def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
         """The batch generated for ``step`` (or ahead of it), scored, as padded rows."""
