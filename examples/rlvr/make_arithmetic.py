@@ -1,11 +1,11 @@
 """Write the synthetic arithmetic task of examples/rlvr: single-digit sums with verifiable answers.
 
-Every pair ``a + b`` with a sum below 10 (55 facts) appears twice in the training file: once in the
-``arithmetic`` domain (scored by ``math_verify``: is the number the sum?) and once in the
-``number_format`` domain (scored by ``regex``: is the answer a single number?). A randomly
-initialised model writes a digit in a few percent of its responses, so the format domain gives
-GRPO a reward to climb from step 1, and once the model writes numbers the arithmetic domain
-rewards the right ones. The validation file holds the 55 arithmetic prompts once.
+The 55 facts ``a + b`` with a sum below 10 are repeated so that every sum has ``--per-sum`` rows
+(12 by default: sum 0 has one fact, repeated 12 times; sum 9 has ten, cycled through), so a
+policy that ignores the prompt cannot do better than 1/10 on the training rows. Each row appears
+in two domains: ``arithmetic`` (scored by ``math_verify``: is the number the sum?) and
+``number_format`` (scored by ``regex``: is the answer a single digit?). The validation file holds
+the 55 arithmetic facts once each (there, answering 9 to everything scores 10/55 = 0.18).
 
 Only the standard library; a fixed seed, so the shipped files are reproducible::
 
@@ -26,18 +26,40 @@ def facts(max_sum: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(10) for b in range(10) if a + b <= max_sum]
 
 
-def row(a: int, b: int, tag: str) -> dict[str, str]:
-    return {"id": f"{tag}-{a}+{b}", "tag": tag, "prompt": f"{a}+{b}=", "solution": str(a + b)}
+def row(a: int, b: int, tag: str, copy: int = 0) -> dict[str, str]:
+    suffix = f"#{copy}" if copy else ""
+    return {"id": f"{tag}-{a}+{b}{suffix}", "tag": tag, "prompt": f"{a}+{b}=", "solution": str(a + b)}
+
+
+def balanced(pairs: list[tuple[int, int]], per_sum: int) -> list[tuple[int, int, int]]:
+    """``per_sum`` rows for every sum, cycling through its facts: ``(a, b, copy number)``.
+
+    Sums are not equally common among the facts (9 has ten, 0 has one), and a policy that ignores
+    the prompt would be paid for answering the most common one; with every sum equally frequent,
+    no single answer beats 1/10, and the only way up is to read the two digits.
+    """
+    by_sum: dict[int, list[tuple[int, int]]] = {}
+    for a, b in pairs:
+        by_sum.setdefault(a + b, []).append((a, b))
+    out = []
+    for facts_of_sum in by_sum.values():
+        for k in range(per_sum):
+            a, b = facts_of_sum[k % len(facts_of_sum)]
+            out.append((a, b, k // len(facts_of_sum)))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE / "data")
     parser.add_argument("--max-sum", type=int, default=9, help="largest sum (default 9: one-digit answers)")
+    parser.add_argument("--per-sum", type=int, default=12,
+                        help="training rows per sum and domain (default 12: every sum equally frequent)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     pairs = facts(args.max_sum)
-    train = [row(a, b, tag) for a, b in pairs for tag in ("arithmetic", "number_format")]
+    train = [row(a, b, tag, copy) for a, b, copy in balanced(pairs, args.per_sum)
+             for tag in ("arithmetic", "number_format")]
     random.Random(args.seed).shuffle(train)
     val = [row(a, b, "arithmetic") for a, b in pairs]
     args.out.mkdir(parents=True, exist_ok=True)

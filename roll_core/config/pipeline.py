@@ -101,6 +101,35 @@ class RunSettings(RollModel):
         return None
 
 
+class WarmupSFTConfig(RollModel):
+    """``warmup_sft``: supervised steps on model-free demonstrations before RL (roll's own option).
+
+    A randomly initialised model never writes a valid action, so RL alone cannot start; this
+    teaches the answer format on trajectories the rollout engine plays with a model-free policy
+    (``random``: valid but random actions, the format without the task). In RLVR the
+    demonstrations are training prompts answered with the reference of a random row of the same
+    domain (``random``) or their own (``scripted``: supervised fine-tuning). It has its own optimiser;
+    RL then starts from the warm-started weights with a fresh one. See ``roll_core.pipeline.warmup``.
+    """
+
+    steps: int = Field(0, ge=0, description="Supervised optimiser steps before the first RL step (0: none).")
+    policy: Literal["random", "scripted"] = Field(
+        "random", description="Who plays the demonstrations: random valid actions (RLVR: a random row's "
+        "reference answer), or the env's solver (RLVR: the prompt's own reference)."
+    )
+    batch_size: int | None = Field(
+        None, ge=1, description="Trajectories per supervised step; default rollout_batch_size."
+    )
+    learning_rate: float | None = Field(
+        None, gt=0.0, description="Constant learning rate of the warm start; default actor_train's."
+    )
+    solver_fraction: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="Fraction of the warm-start steps whose demonstrations the env's solver plays "
+        "(policy scripted) instead of `policy`; 0 teaches only the format. Report it with results.",
+    )
+
+
 class PipelineConfig(AlgorithmConfig, RunSettings):
     """Everything both pipelines share: run settings, algorithm settings and the four workers."""
 
@@ -109,6 +138,9 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
     critic: WorkerConfig = Field(default_factory=WorkerConfig, description="Built only for critic estimators.")
     reference: WorkerConfig = Field(default_factory=WorkerConfig, description="Built only when KL is used.")
     reward: WorkerConfig = compat(WorkerConfig())
+    warmup_sft: WarmupSFTConfig | None = Field(
+        None, description="roll: supervised warm start before RL (see WarmupSFTConfig)."
+    )
 
     @model_validator(mode="after")
     def _check_common(self):
@@ -133,32 +165,6 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
         return {name: getattr(self, name) for name in ("actor_train", "actor_infer", "critic", "reference")}
 
 
-class WarmupSFTConfig(RollModel):
-    """``warmup_sft``: supervised steps on model-free demonstrations before RL (roll's own option).
-
-    A randomly initialised model never writes a valid action, so RL alone cannot start; this
-    teaches the answer format on trajectories the rollout engine plays with a model-free policy
-    (``random``: valid but random actions, the format without the task). It has its own optimiser;
-    RL then starts from the warm-started weights with a fresh one. See ``roll_core.pipeline.warmup``.
-    """
-
-    steps: int = Field(0, ge=0, description="Supervised optimiser steps before the first RL step (0: none).")
-    policy: Literal["random", "scripted"] = Field(
-        "random", description="Who plays the demonstrations: random valid actions, or the env's solver."
-    )
-    batch_size: int | None = Field(
-        None, ge=1, description="Trajectories per supervised step; default rollout_batch_size."
-    )
-    learning_rate: float | None = Field(
-        None, gt=0.0, description="Constant learning rate of the warm start; default actor_train's."
-    )
-    solver_fraction: float = Field(
-        0.0, ge=0.0, le=1.0,
-        description="Fraction of the warm-start steps whose demonstrations the env's solver plays "
-        "(policy scripted) instead of `policy`; 0 teaches only the format. Report it with results.",
-    )
-
-
 class AgenticConfig(PipelineConfig):
     """Multi-turn agentic RL in text environments (ROLL's ``AgenticConfig``)."""
 
@@ -173,9 +179,6 @@ class AgenticConfig(PipelineConfig):
     ratio_type: Literal["token", "segment"] = "token"
     batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = Field(
         "copy", description="How a batch with a wrong number of samples is fixed up."
-    )
-    warmup_sft: WarmupSFTConfig | None = Field(
-        None, description="roll: supervised format warm start before RL (see WarmupSFTConfig)."
     )
 
     def env_managers(self) -> dict[str, EnvManagerConfig]:

@@ -225,19 +225,20 @@ class AgenticPipeline:
     def prepare(self) -> None:
         """Before step 1: the untrained model's validation, the optional warm start, step-0 validation."""
         if self.warmup_steps():
-            from roll_core.pipeline.warmup import run_warmup, with_model
+            from roll_core.pipeline.warmup import with_model
 
             if self.has_validation():
                 metrics = self.validate(step=0, prefix="val_untrained")
                 self.tracker.log(0, metrics)
                 self.tracker.print(f"untrained model: val success {metrics['val_untrained/success']:.3f}")
-            self.warmup_dir, metrics = run_warmup(self)
+            self.warmup_dir, metrics = self.warm_start()
             self.config = with_model(self.config, self.warmup_dir)
             self.tracker.log(0, metrics)
             solver = int(metrics["sft/solver_steps"])
+            mixed = 0 < solver < self.warmup_steps()
             self.tracker.print(
                 f"warm start: {self.warmup_steps()} supervised steps on {self.config.warmup_sft.policy}-policy "
-                f"demonstrations{f' ({solver} of them played by the solver)' if solver else ''} in "
+                f"demonstrations{f' ({solver} of them played by the solver)' if mixed else ''} in "
                 f"{metrics['time/warmup_sft']:.1f}s (response nll {metrics['sft/nll']:.3f})")
         self.start_train_workers()
         if self.warmup_dir:
@@ -247,6 +248,12 @@ class AgenticPipeline:
             self.tracker.log(0, metrics)
             self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
             self.plot()
+
+    def warm_start(self) -> tuple[str, dict[str, float]]:
+        """The ``warmup_sft`` phase on env demonstrations; returns the saved model and its metrics."""
+        from roll_core.pipeline.warmup import run_warmup
+
+        return run_warmup(self)
 
     def train_step(self) -> dict[str, float]:
         """One pipeline step (see the module docstring); returns its metrics."""

@@ -33,11 +33,20 @@ class RLVRPipeline(AgenticPipeline):
         super().__init__(resolved, stream=stream)
         # validation goes through train_rollout.generate (the same workers) on these prompts
         self.val_rows: list[Any] = []
+        self.train_rows: list[Any] = []
+        self.tokenizer: Any = None
         self.pad_id = 0
 
     def title(self) -> str:
         c = self.config
-        return f"{c.exp_name}: {c.adv_estimator} on {', '.join(c.rewards)}"
+        return f"{c.exp_name}: {c.adv_estimator} on {', '.join(self.trained_domains())}"
+
+    def trained_domains(self) -> list[str]:
+        """The reward domains whose rows are drawn (``domain_interleave_probs`` may leave some out)."""
+        c = self.config
+        data_args = c.actor_train.data_args
+        probs = data_args.domain_interleave_probs if data_args is not None else None
+        return [d for d in c.rewards if not probs or probs.get(d, 0.0) > 0]
 
     # -- setup ---------------------------------------------------------------------------------
     def start_rollouts(self) -> None:
@@ -58,6 +67,7 @@ class RLVRPipeline(AgenticPipeline):
         template = c.global_template or data_args.template
         rows = load_prompts(data_args.file_name, tokenizer, data_args=data_args, rewards=c.rewards,
                             prompt_length=c.prompt_length, template=template)
+        self.train_rows, self.tokenizer = rows, tokenizer
         sampler = PromptSampler(rows, seed=c.seed, probs=data_args.domain_interleave_probs)
         dispatcher = RewardDispatcher(c.rewards)
         self.generation = start_generation(c, num_gpus=self.gpu_shares()["actor_infer"])
@@ -107,6 +117,18 @@ class RLVRPipeline(AgenticPipeline):
             mask[data["truncated"]] = 0
             data["loss_mask"] = mask
         return data, metrics
+
+    def warm_start(self) -> tuple[str, dict[str, float]]:
+        """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""
+        from roll_core.pipeline.warmup import SEED_OFFSET, prompt_demonstrations, train_warmup
+
+        c = self.config
+        tokenizer = self.tokenizer
+        domains = set(self.trained_domains())
+        demonstrations = prompt_demonstrations(
+            [row for row in self.train_rows if row.domain in domains], eos_id=tokenizer.eos_token_id, tokenizer=tokenizer,
+            batch_size=c.warmup_sft.batch_size or c.rollout_batch_size, seed=c.seed + SEED_OFFSET)
+        return train_warmup(self, demonstrations)
 
     def has_validation(self) -> bool:
         return bool(self.val_rows)

@@ -15,13 +15,21 @@ are then built from that directory, so RL starts with a fresh optimiser (Adam mo
 supervised phase would otherwise damp the first RL updates), and a reference model, when a KL
 term is on, is the warm-started model. The demonstrations come from their own seed stream
 (``seed + 1``): they are neither the RL training episodes nor the validation instances.
+
+RLVR has no envs to play: its demonstrations are training prompts answered with a reference
+answer (:func:`prompt_demonstrations`). ``random`` answers each prompt with the reference of a
+random row of its domain (the format and the answer distribution, not the task); ``scripted``
+with its own (plain supervised fine-tuning).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from roll_core.errors import ConfigError
 
 #: the warm start's env seeds are derived from the run's seed plus this offset
 SEED_OFFSET = 1
@@ -74,49 +82,112 @@ def with_model(config: Any, path: str) -> Any:
 
 
 def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
-    """Run the warm start; returns the saved model directory and the last step's metrics."""
-    import ray
-
+    """The agentic warm start: demonstrations played in the envs; returns the model directory and metrics."""
     from roll_core.pipeline.agentic import batch_dict, trajectory_summary
-    from roll_core.pipeline.placement import actor_options
-    from roll_core.pipeline.workers import TrainWorker
     from roll_core.rollout import RolloutScheduler
 
     config = pipeline.config
     warmup = config.warmup_sft
     batch_size = warmup.batch_size or config.rollout_batch_size
-    out_dir = os.path.join(config.output_dir, WARMUP_DIR)
-    started = time.perf_counter()
-    worker = ray.remote(TrainWorker).options(**actor_options(config, "actor_train", 0.0)).remote(
-        warmup_config(config), "actor_train", num_training_steps=warmup.steps)
     demos = demonstration_config(config)
     policies = {name: RolloutScheduler.from_config(demos, "train", policy=name, seed=config.seed + SEED_OFFSET,
                                                     async_generation_ratio=0.0)
                 for name in {warmup.policy, *(["scripted"] * (warmup.solver_fraction > 0))}}
+
+    def demonstrations(use_solver: bool) -> tuple[dict[str, Any], dict[str, float]]:
+        batch = policies["scripted" if use_solver else warmup.policy].get_batch(batch_size)
+        data = batch_dict(batch)
+        return ({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")},
+                trajectory_summary(batch.trajectories, "sft_demos"))
+
+    try:
+        return train_warmup(pipeline, demonstrations)
+    finally:
+        for rollout in policies.values():
+            rollout.shutdown()
+
+
+def prompt_demonstrations(rows: Sequence[Any], *, eos_id: int, tokenizer: Any, batch_size: int, seed: int):
+    """The RLVR warm start's demonstrations: ``demonstrations(use_solver) -> (rows, metrics)``.
+
+    Each demonstration is a training prompt followed by a reference answer and end-of-sequence.
+    ``use_solver`` (policy ``scripted``) answers with the prompt's own reference: supervised
+    fine-tuning, the task itself. Otherwise (policy ``random``) the answer is the reference of a
+    random row of the same domain: the answer format and the data's answer distribution, with
+    nothing about which answer goes with which prompt.
+    """
+    import random
+
+    from roll_core.rollout.batch import collate
+
+    by_domain: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.reference is not None:
+            by_domain.setdefault(row.domain, []).append(row)
+    usable = [row for domain_rows in by_domain.values() for row in domain_rows]
+    if not usable:
+        raise ConfigError("warmup_sft needs reference answers: no training row has one (set "
+                          "actor_train.data_args.response or give the rows a solution/answer column).")
+    rng = random.Random(seed)
+    answer_ids: dict[str, list[int]] = {}
+
+    def answer(text: str) -> list[int]:
+        if text not in answer_ids:
+            answer_ids[text] = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos_id]
+        return answer_ids[text]
+
+    def demonstrations(use_solver: bool) -> tuple[dict[str, Any], dict[str, float]]:
+        seqs, matches = [], 0
+        for row in rng.choices(usable, k=batch_size):
+            source = row if use_solver else rng.choice(by_domain[row.domain])
+            matches += source.reference == row.reference
+            ids = answer(source.reference)
+            prompt = list(row.prompt_ids)
+            seqs.append((prompt + ids, [0] * len(prompt) + [1] * len(ids), [0.0] * (len(prompt) + len(ids))))
+        data = collate(seqs, [0.0] * len(seqs), 0)
+        return ({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")},
+                {"sft_demos/correct": matches / len(seqs)})
+
+    return demonstrations
+
+
+def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str, Any], dict[str, float]]]
+                 ) -> tuple[str, dict[str, float]]:
+    """Train ``warmup_sft.steps`` supervised steps on ``demonstrations(use_solver)`` and save the model.
+
+    Returns the saved model directory and the last step's metrics.
+    """
+    import ray
+
+    from roll_core.pipeline.placement import actor_options
+    from roll_core.pipeline.workers import TrainWorker
+
+    config = pipeline.config
+    warmup = config.warmup_sft
+    out_dir = os.path.join(config.output_dir, WARMUP_DIR)
+    started = time.perf_counter()
+    worker = ray.remote(TrainWorker).options(**actor_options(config, "actor_train", 0.0)).remote(
+        warmup_config(config), "actor_train", num_training_steps=warmup.steps)
     metrics: dict[str, float] = {}
+    demo: dict[str, float] = {}
     solver_steps = 0
     report_every = max(1, warmup.steps // 10)  # a progress line every tenth of the warm start
     try:
         pending = None
         for step in range(warmup.steps):
-            use_solver = solver_step(step, warmup.solver_fraction)
+            use_solver = solver_step(step, warmup.solver_fraction) or warmup.policy == "scripted"
             solver_steps += use_solver
-            batch = policies["scripted" if use_solver else warmup.policy].get_batch(batch_size)
-            data = batch_dict(batch)  # the next batch is played while this one trains
-            rows = {k: data[k] for k in ("input_ids", "attention_mask", "response_mask")}
+            rows, demo = demonstrations(use_solver)  # the next batch is made while this one trains
             if pending is not None:
                 metrics = ray.get(pending)
                 if step % report_every == 0:  # the step before this one is done
                     pipeline.tracker.print(f"warm start {step}/{warmup.steps} | response nll {metrics['sft/nll']:.3f} "
                                            f"| {time.perf_counter() - started:.0f}s")
             pending = worker.train_sft.remote(rows)
-            demo = trajectory_summary(batch.trajectories, "sft_demos")
         if pending is not None:
             metrics = {**ray.get(pending), **demo}
         ray.get(worker.save_model.remote(out_dir))
     finally:
-        for rollout in policies.values():
-            rollout.shutdown()
         ray.kill(worker, no_restart=True)
     metrics["sft/solver_steps"] = float(solver_steps)
     metrics["time/warmup_sft"] = time.perf_counter() - started

@@ -40,8 +40,10 @@ def test_example_data_loads_with_chat_template_and_domains(tokenizer, config, mo
     args = config.actor_train.data_args
     rows = load_prompts(args.file_name, tokenizer, data_args=args, rewards=config.rewards,
                         prompt_length=config.prompt_length)
-    assert len(rows) == 110
-    assert Counter(r.domain for r in rows) == {"arithmetic": 55, "number_format": 55}
+    assert len(rows) == 240
+    assert Counter(r.domain for r in rows) == {"arithmetic": 120, "number_format": 120}
+    # every sum equally frequent: answering one number to everything earns 1/10, nothing more
+    assert set(Counter(r.reference for r in rows if r.domain == "arithmetic").values()) == {12}
     first = rows[0]
     rendered = tokenizer.decode(list(first.prompt_ids))
     assert rendered == f"<|im_start|>user\n{first.text}<|im_end|>\n<|im_start|>assistant\n"

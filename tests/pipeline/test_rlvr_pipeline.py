@@ -19,6 +19,7 @@ def tiny_rlvr(tmp: Path, **extra: str) -> list[str]:
     values = {
         "logging_dir": str(tmp / "logs"), "output_dir": str(tmp / "ckpt"), "save_steps": "0",
         "rollout_batch_size": "4", "num_return_sequences_in_group": "4", "val_batch_size": "6",
+        "warmup_sft.steps": "2", "warmup_sft.batch_size": "8",
         "actor_train.data_args.file_name": str(data / "arithmetic_train.jsonl"),
         "validation.data_args.file_name": str(data / "arithmetic_val.jsonl"),
         **extra,
@@ -42,18 +43,22 @@ def test_drop_stale_keeps_samples_at_most_k_versions_old():
 
 
 @pytest.mark.ray
-def test_two_sync_steps_score_every_domain(ray_session, tmp_path):
+def test_warm_start_then_two_sync_steps(ray_session, tmp_path):
     code, out = run(EXAMPLES / "rlvr" / "arithmetic.yaml", tiny_rlvr(tmp_path, max_steps="2", eval_steps="2"))
     assert code == 0, out
+    assert "untrained model: val success 0.000" in out and "warm start: 2 supervised steps on random-policy" in out
     assert "step 2/2" in out
     steps = history(tmp_path, 2)
-    assert steps[0]["val/accuracy"] == 0.0 and "val/reward/arithmetic" in steps[0]  # untrained, 6 prompts greedy
+    assert steps[0]["val/accuracy"] >= 0.0 and "val/reward/arithmetic" in steps[0]  # warm-started, 6 prompts greedy
+    assert steps[0]["sft/solver_steps"] == 0.0 and steps[0]["sft/nll"] > 0.0
+    assert 0.0 <= steps[0]["sft_demos/correct"] <= 1.0
+    assert (tmp_path / "ckpt" / "warmup_sft" / "config.json").is_file()
     for entry in steps[1:]:
         assert entry["train/samples"] == 16.0  # 4 prompts x 4 responses
-        assert entry["train/response_length"] == 4.0  # response_length; the random model never stops early
+        assert entry["train/response_length"] == 1.0  # response_length: one token
         assert entry["rollout/staleness/max"] == 0.0 and entry["rollout/dropped_samples/stale"] == 0.0
         assert entry["actor/optimizer_steps"] == 1.0
-        assert {"train/reward/arithmetic", "train/reward/number_format"} & set(entry)
+        assert "train/reward/arithmetic" in entry and "train/reward/number_format" not in entry  # probability 0
         assert 0.0 <= entry["train/accuracy"] <= 1.0
     assert "val/accuracy" in steps[2]
     assert (tmp_path / "logs" / "learning_curve.png").is_file()

@@ -1,11 +1,13 @@
-"""The warm start's pure helpers: ungrouped demonstrations and the solver schedule."""
+"""The warm start's pure helpers: ungrouped demonstrations, the solver schedule, RLVR demonstrations."""
 
 from __future__ import annotations
 
+import pytest
 from pipeline_helpers import EXAMPLES
 
 from roll_core.config import load_config
-from roll_core.pipeline.warmup import demonstration_config, solver_step
+from roll_core.errors import ConfigError
+from roll_core.pipeline.warmup import demonstration_config, prompt_demonstrations, solver_step
 
 
 def test_demonstrations_play_one_instance_per_env():
@@ -23,3 +25,67 @@ def test_solver_steps_are_spread_evenly():
     assert [solver_step(s, 0.25) for s in range(8)] == [False, False, False, True] * 2
     assert sum(solver_step(s, 0.5) for s in range(10)) == 5
     assert not any(solver_step(s, 0.0) for s in range(10))
+
+
+class CharTokenizer:
+    """One id per character (ord), enough to check what the demonstrations contain."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
+def prompt_rows():
+    from roll_core.data import PromptRow
+
+    facts = [(a, b) for a in range(5) for b in range(5)]
+    rows = [PromptRow(i, (1, 100 + a, 200 + b), f"{a}+{b}=", str(a + b), "arithmetic")
+            for i, (a, b) in enumerate(facts)]
+    rows.append(PromptRow(len(rows), (1, 300), "say x", "x", "letters"))
+    return rows
+
+
+def decode(data):
+    """Each row's (prompt ids, response text) from the padded tensors."""
+    out = []
+    for ids, attention, response in zip(data["input_ids"].tolist(), data["attention_mask"].tolist(),
+                                        data["response_mask"].tolist()):
+        prompt = [t for t, a, r in zip(ids, attention, response) if a and not r]
+        answer = [t for t, r in zip(ids, response) if r]
+        assert answer[-1] == 0  # ends with end-of-sequence, which is trained on too
+        out.append((tuple(prompt), "".join(chr(t) for t in answer[:-1])))
+    return out
+
+
+def test_rlvr_random_demonstrations_answer_with_another_row_of_the_same_domain():
+    rows = prompt_rows()
+    by_prompt = {tuple(r.prompt_ids): r for r in rows}
+    demos = prompt_demonstrations(rows, eos_id=0, tokenizer=CharTokenizer(), batch_size=400, seed=3)
+    data, metrics = demos(False)
+    pairs = decode(data)
+    assert len(pairs) == 400
+    answers = {r.domain: {x.reference for x in rows if x.domain == r.domain} for r in rows}
+    for prompt, answer in pairs:
+        row = by_prompt[prompt]
+        assert answer in answers[row.domain]  # the format and the answers of the prompt's domain
+    arithmetic = [(by_prompt[p], a) for p, a in pairs if by_prompt[p].domain == "arithmetic"]
+    right = sum(row.reference == a for row, a in arithmetic) / len(arithmetic)
+    assert right < 0.3  # about P(two random facts share a sum) = 0.15: not the task
+    assert metrics["sft_demos/correct"] == sum(by_prompt[p].reference == a for p, a in pairs) / 400
+    assert len({a for _, a in arithmetic}) == 9  # every sum 0..8 is demonstrated
+
+
+def test_rlvr_scripted_demonstrations_answer_with_the_prompts_own_reference_and_repeat_by_seed():
+    rows = prompt_rows()
+    by_prompt = {tuple(r.prompt_ids): r for r in rows}
+    data, metrics = prompt_demonstrations(rows, eos_id=0, tokenizer=CharTokenizer(), batch_size=50, seed=3)(True)
+    assert all(by_prompt[p].reference == a for p, a in decode(data)) and metrics["sft_demos/correct"] == 1.0
+    again, _ = prompt_demonstrations(rows, eos_id=0, tokenizer=CharTokenizer(), batch_size=50, seed=3)(True)
+    assert again["input_ids"].equal(data["input_ids"])
+
+
+def test_rlvr_demonstrations_need_reference_answers():
+    from roll_core.data import PromptRow
+
+    with pytest.raises(ConfigError, match="warmup_sft needs reference answers"):
+        prompt_demonstrations([PromptRow(0, (1, 2), "1+1=", None, "arithmetic")], eos_id=0,
+                              tokenizer=CharTokenizer(), batch_size=4, seed=0)
