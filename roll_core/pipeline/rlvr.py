@@ -123,11 +123,10 @@ class RLVRPipeline(AgenticPipeline):
         from roll_core.pipeline.warmup import SEED_OFFSET, prompt_demonstrations, train_warmup
 
         c = self.config
-        tokenizer = self.tokenizer
-        domains = set(self.trained_domains())
         demonstrations = prompt_demonstrations(
-            [row for row in self.train_rows if row.domain in domains], eos_id=tokenizer.eos_token_id, tokenizer=tokenizer,
-            batch_size=c.warmup_sft.batch_size or c.rollout_batch_size, seed=c.seed + SEED_OFFSET)
+            self.train_rows, eos_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
+            batch_size=c.warmup_sft.batch_size or c.rollout_batch_size, seed=c.seed + SEED_OFFSET,
+            probs=c.actor_train.data_args.domain_interleave_probs)
         return train_warmup(self, demonstrations)
 
     def has_validation(self) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from roll_core.errors import ConfigError
@@ -107,27 +107,30 @@ def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
             rollout.shutdown()
 
 
-def prompt_demonstrations(rows: Sequence[Any], *, eos_id: int, tokenizer: Any, batch_size: int, seed: int):
+def prompt_demonstrations(rows: Sequence[Any], *, eos_id: int, tokenizer: Any, batch_size: int, seed: int,
+                          probs: Mapping[str, float] | None = None):
     """The RLVR warm start's demonstrations: ``demonstrations(use_solver) -> (rows, metrics)``.
 
-    Each demonstration is a training prompt followed by a reference answer and end-of-sequence.
-    ``use_solver`` (policy ``scripted``) answers with the prompt's own reference: supervised
-    fine-tuning, the task itself. Otherwise (policy ``random``) the answer is the reference of a
-    random row of the same domain: the answer format and the data's answer distribution, with
-    nothing about which answer goes with which prompt.
+    Each demonstration is a training prompt, drawn like RL's (a :class:`PromptSampler` with the
+    run's ``domain_interleave_probs``, its own seed), followed by a reference answer and
+    end-of-sequence. ``use_solver`` (policy ``scripted``) answers with the prompt's own reference:
+    supervised fine-tuning, the task itself. Otherwise (policy ``random``) the answer is the
+    reference of a random row of the same domain: the answer format and the data's answer
+    distribution, with nothing about which answer goes with which prompt.
     """
     import random
 
+    from roll_core.data import PromptSampler
     from roll_core.rollout.batch import collate
 
-    by_domain: dict[str, list[Any]] = {}
-    for row in rows:
-        if row.reference is not None:
-            by_domain.setdefault(row.domain, []).append(row)
-    usable = [row for domain_rows in by_domain.values() for row in domain_rows]
+    usable = [row for row in rows if row.reference is not None]
     if not usable:
         raise ConfigError("warmup_sft needs reference answers: no training row has one (set "
                           "actor_train.data_args.response or give the rows a solution/answer column).")
+    by_domain: dict[str, list[Any]] = {}
+    for row in usable:
+        by_domain.setdefault(row.domain, []).append(row)
+    sampler = PromptSampler(usable, seed=seed, probs=probs)
     rng = random.Random(seed)
     answer_ids: dict[str, list[int]] = {}
 
@@ -138,7 +141,7 @@ def prompt_demonstrations(rows: Sequence[Any], *, eos_id: int, tokenizer: Any, b
 
     def demonstrations(use_solver: bool) -> tuple[dict[str, Any], dict[str, float]]:
         seqs, matches = [], 0
-        for row in rng.choices(usable, k=batch_size):
+        for row in sampler.sample(batch_size):
             source = row if use_solver else rng.choice(by_domain[row.domain])
             matches += source.reference == row.reference
             ids = answer(source.reference)

@@ -83,6 +83,16 @@ def test_rlvr_scripted_demonstrations_answer_with_the_prompts_own_reference_and_
     assert again["input_ids"].equal(data["input_ids"])
 
 
+def test_rlvr_demonstrations_draw_prompts_like_rl_does():
+    rows = prompt_rows()
+    domains = {tuple(r.prompt_ids): r.domain for r in rows}
+    demos = prompt_demonstrations(rows, eos_id=0, tokenizer=CharTokenizer(), batch_size=50, seed=3,
+                                  probs={"arithmetic": 1.0, "letters": 0.0})
+    pairs = decode(demos(False)[0]) + decode(demos(False)[0])
+    assert {domains[p] for p, _ in pairs} == {"arithmetic"}  # a domain RL never draws is not demonstrated
+    assert len({p for p, _ in pairs[:25]}) == 25  # shuffled passes over the rows, as in RL: no repeats in a pass
+
+
 def test_rlvr_demonstrations_need_reference_answers():
     from roll_core.data import PromptRow
 
