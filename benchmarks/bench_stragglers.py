@@ -29,15 +29,18 @@ TAG = "Straggler"
 
 
 def rollout_spec(args, ratio: float):
+    from roll_core.config import bind_env
+    from roll_core.plugins import PluginManager
     from roll_core.rollout.spec import EnvSpec, RolloutSpec
     from roll_core.strategies.base import SamplingParams
 
-    env = EnvSpec(tag=TAG, env_type="straggler", env_config=env_config(args), max_steps=args.turns)
+    registry = PluginManager(extra_modules=["straggler_env"]).registry
+    env = EnvSpec(tag=TAG, env=bind_env("straggler", env_config(args), registry=registry), max_steps=args.turns)
     return RolloutSpec(
         mode="train", seed=7, num_env_groups=args.groups, group_size=args.group_size,
         max_env_num_per_worker=args.envs_per_worker, group_tags=(TAG,) * args.groups, envs={TAG: env},
         sequence_length=4096, sampling=SamplingParams(max_new_tokens=16), policy="random",
-        async_generation_ratio=ratio, plugin_modules=("straggler_env",),
+        async_generation_ratio=ratio,
     )
 
 

@@ -41,10 +41,11 @@ class LakeSetup:
 
 
 def rollout_spec(setup: LakeSetup):
+    from roll_core.config import bind_env
     from roll_core.rollout.spec import EnvSpec, RolloutSpec
     from roll_core.strategies.base import SamplingParams
 
-    env = EnvSpec(tag=TAG, env_type="frozen_lake", env_config=setup.env_config(), max_steps=setup.max_steps)
+    env = EnvSpec(tag=TAG, env=bind_env("frozen_lake", setup.env_config()), max_steps=setup.max_steps)
     return RolloutSpec(
         mode="train", seed=setup.seed, num_env_groups=setup.groups, group_size=setup.group_size,
         max_env_num_per_worker=setup.envs_per_worker, group_tags=(TAG,) * setup.groups, envs={TAG: env},

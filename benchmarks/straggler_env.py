@@ -6,8 +6,9 @@ infinite variance), capped at ``latency_cap_s``. The draw is a pure function of 
 turn and the actions taken so far, so any rollout that plays the same (seed, actions) sleeps the same
 times: the async and the lockstep rollouts of bench_stragglers.py wait on identical latencies.
 
-It is registered programmatically: roll loads this module as a plugin where it is named in
-``RolloutSpec.plugin_modules`` (the benchmark puts benchmarks/ on PYTHONPATH for the Ray workers).
+It is registered programmatically: the benchmark loads this module as an extra plugin to bind the
+env (``PluginManager(extra_modules=["straggler_env"])``), and puts benchmarks/ on PYTHONPATH so the
+Ray workers import it.
 """
 
 from __future__ import annotations

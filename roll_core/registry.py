@@ -60,6 +60,12 @@ class Registration:
     requires: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __getstate__(self) -> dict[str, Any]:  # a mappingproxy does not pickle; runs ship registrations
+        return {**self.__dict__, "options": dict(self.options)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({**state, "options": MappingProxyType(dict(state["options"]))})
+
     def load(self) -> Any:
         """Import and return the target object, with an install hint if that fails."""
         module_name, _, attr = self.target.partition(":")

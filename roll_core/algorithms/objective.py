@@ -129,9 +129,9 @@ def policy_loss(
     return total, metrics
 
 
-def make_actor_loss_fn(config: Any, normalisers: Normalisers, *, registry=None):
+def make_actor_loss_fn(config: Any, normalisers: Normalisers, *, loss_variant=None, registry=None):
     """A :data:`roll_core.strategies.base.LossFn` for ``TrainStrategy.train_step`` (variant loaded once)."""
-    variant = load_policy_loss(config, registry)
+    variant = loss_variant if loss_variant is not None else load_policy_loss(config, registry)
 
     def loss_fn(micro_batch, log_probs, entropy):
         return policy_loss(

@@ -50,7 +50,7 @@ def config_source(args) -> tuple[str, list[str], str | None]:
 
 
 def load_from_args(args, *, resolve_plugins: bool = True):
-    """The validated config (or the :class:`ResolvedConfig`) the arguments name; warnings go to stderr."""
+    """The validated config (or the :class:`Run`) the arguments name; warnings go to stderr."""
     from roll_core.config import ConfigWarning, load_config, resolve
 
     path, overrides, config_name = config_source(args)

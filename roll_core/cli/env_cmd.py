@@ -153,7 +153,7 @@ def _show(message: dict[str, str], title: str, out: TextIO) -> None:
 
 
 def cmd_play(args, out: TextIO | None = None) -> int:
-    from roll_core.envs.factory import make_env, resolve_env
+    from roll_core.config.resolve import bind_env
     from roll_core.envs.prompt import Conversation
 
     out = out or sys.stdout
@@ -161,8 +161,8 @@ def cmd_play(args, out: TextIO | None = None) -> int:
     env_config = {**spec.env_config, **_parse_overrides(args.overrides)}
     if args.max_steps is not None:
         env_config["max_steps"] = args.max_steps
-    reg = resolve_env(spec.env_type)
-    env = make_env(spec.env_type, env_config, config_key=spec.label if args.config else None)
+    binding = bind_env(spec.env_type, env_config, config_key=spec.label if args.config else None)
+    reg, env = binding.registration, binding.make()
     policy = _play_policies()[args.policy](args.seed)
     frames = []
 

@@ -43,7 +43,9 @@ def register(subparsers) -> None:
 def cmd_rollout(args) -> int:
     import ray
 
-    from roll_core.rollout.from_config import SECTIONS, batch_size_from_config, rollout_spec_from_config
+    from roll_core.config import resolve
+    from roll_core.rollout.from_config import SECTIONS, batch_size_from_config, rollout_spec
+    from roll_core.rollout.infer_worker import start_generation
     from roll_core.rollout.policies import POLICIES, check_policy
     from roll_core.rollout.scheduler import RolloutScheduler, init_ray
     from roll_core.rollout.tokenizer import rollout_tokenizer
@@ -53,22 +55,26 @@ def cmd_rollout(args) -> int:
     section = getattr(config, SECTIONS[mode][0])
     policy = check_policy(args.policy or section.llm_proxy.proxy_type)
     needs_model = POLICIES[policy].needs_model
-    if needs_model:  # the inference backend is checked only when a model is loaded
-        from roll_core.rollout.infer_worker import infer_strategy_name
-
-        infer_strategy_name(config, check=True)
-    spec = rollout_spec_from_config(config, mode, policy=policy)  # env names are checked before Ray starts
+    # bind the envs, and the inference backend only when a model is loaded: a ROLL GPU config rolls
+    # out with a model-free policy without its training backends installed
+    run = resolve(config, roles=("actor_infer",) if needs_model else ())
+    config = run.config
+    spec = rollout_spec(run, mode, policy=policy)
     tokenizer = rollout_tokenizer(config, model_free=not needs_model)
     batch_size = args.batch_size or batch_size_from_config(config, mode)
 
     started_ray = not ray.is_initialized()
     init_ray(**({"address": args.address} if args.address else {}))
-    scheduler = None
+    scheduler = generation = None
     dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     try:
         t0 = time.perf_counter()
-        generate_scheduler = _start_model(config, args.infer_workers) if needs_model else None
-        scheduler = RolloutScheduler(spec, tokenizer, generate_scheduler=generate_scheduler, batch_size=batch_size,
+        if needs_model:
+            generation = start_generation(
+                run, num_workers=args.infer_workers, options={"num_cpus": 1},
+                max_batch_size=max(config.max_running_requests // args.infer_workers, 1))
+        scheduler = RolloutScheduler(spec, tokenizer, generate_scheduler=generation and generation.scheduler,
+                                     batch_size=batch_size,
                                      worker_env_vars={**config.system_envs, **section.system_envs} or None)
         who = f"the model {config.actor_infer.model_args.model_name_or_path or config.pretrain}" if needs_model \
             else policy
@@ -86,18 +92,13 @@ def cmd_rollout(args) -> int:
             dump.close()
         if scheduler is not None:
             scheduler.shutdown()
+        if generation is not None:
+            generation.shutdown()
         if started_ray:
             ray.shutdown()
     if args.dump:
         print(f"trajectories written to {args.dump}")
     return 0
-
-
-def _start_model(config: Any, num_workers: int) -> Any:
-    from roll_core.rollout.infer_worker import start_generate_scheduler, start_infer_workers
-
-    workers = start_infer_workers(config, num_workers=num_workers)
-    return start_generate_scheduler(workers, max_batch_size=max(config.max_running_requests // num_workers, 1))
 
 
 def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:

@@ -5,8 +5,8 @@ Typical use (what ``roll run`` does)::
     from roll_core.config import load_config, resolve
 
     config = load_config("examples/sokoban/grpo.yaml", ["actor_train.training_args.learning_rate=2e-6"])
-    resolved = resolve(config)          # checks plugin names, validates env configs, fills defaults
-    resolved.save(run_dir / "config.yaml")
+    run = resolve(config)               # checks plugin names, validates env configs, fills defaults,
+    run.save(run_dir / "config.yaml")   # binds every component: the one object a run passes down
 
 :func:`load_config` reads, composes (Hydra ``defaults:``), overrides, interpolates and validates;
 it returns an :class:`AgenticConfig` or :class:`RLVRConfig`. :func:`validate_config` does only the
@@ -36,8 +36,9 @@ from roll_core.config.pipeline import (
     pipeline_class,
     validate_config,
 )
-from roll_core.config.resolve import ResolvedConfig, dump_config, resolve
+from roll_core.config.resolve import bind_env, dump_config, resolve
 from roll_core.config.rlvr import RewardConfig, ValidationConfig
+from roll_core.config.run import EnvBinding, Run
 from roll_core.config.workers import (
     ActorInferConfig,
     ActorTrainConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "ConfigWarning",
     "CustomEnvConfig",
     "DataArgs",
+    "EnvBinding",
     "EnvManagerConfig",
     "GeneratingArgs",
     "LLMProxyConfig",
@@ -68,9 +70,9 @@ __all__ = [
     "PipelineConfig",
     "PolicyLossArgs",
     "RLVRConfig",
-    "ResolvedConfig",
     "RewardConfig",
     "RewardNormalizationConfig",
+    "Run",
     "RunSettings",
     "StrategyArgs",
     "TrainInferCorrection",
@@ -79,6 +81,7 @@ __all__ = [
     "TrainingArgs",
     "ValidationConfig",
     "WorkerConfig",
+    "bind_env",
     "config_file",
     "dump_config",
     "load_config",

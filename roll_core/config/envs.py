@@ -9,8 +9,6 @@ validates it against the selected env plugin's ``config_model``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from roll_core.config.base import FreeDict, RollModel, compat
@@ -104,7 +102,3 @@ class CustomEnvConfig(RollModel):
     env_manager_cls: str | None = compat(None, "roll picks the env manager from the estimator's granularity.")
     use_thread_lock: bool = compat(False)
     max_env_step_concurrent: int | None = compat(None)
-
-    def merged_env_config(self, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Registration defaults overlaid with this entry's env_config (what the env is built from)."""
-        return {**(defaults or {}), **self.env_config}

@@ -1,6 +1,7 @@
-"""From a validated config to the frozen, effective config a run uses and saves.
+"""From a validated config to the :class:`~roll_core.config.run.Run` that a run uses and saves.
 
-:func:`resolve` is the only step that looks at installed plugins. It
+:func:`resolve` is the only step that looks at installed plugins (with :func:`bind_env`, its
+one-env form). It
 
 * checks every plugin name the run will use against the registry, with the YAML path as the
   config key (``adv_estimator``, ``actor_train.pg_variant``, the ``strategy_name`` of each worker
@@ -14,6 +15,8 @@
   ``sequence_length``, env-group partitions, ``enable_reference`` when a KL term is on,
   ``enable_old_logprobs_recompute`` for step-wise estimators, RLVR's sampling settings.
 
+and binds each selected component (the registration, never its name) into the ``Run``.
+
 The dp-size dependent switch of ``enable_old_logprobs_recompute`` (more than one backward step per
 rank) needs the placement, so the pipeline applies it at run time.
 """
@@ -22,8 +25,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 
 from roll_core.config.errors import ConfigWarning, config_error, warn
 from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
+from roll_core.config.run import ROLES, EnvBinding, Run, env_class, installed_version
 from roll_core.errors import ConfigError, PluginError, UnknownComponentError, close_matches
 from roll_core.registry import Registration, Registry
 
@@ -45,43 +48,50 @@ DEFAULT_STRATEGIES: dict[str, str] = {
 WORKER_ROLES: dict[str, str] = {"actor_train": "train", "actor_infer": "infer", "critic": "train"}
 
 
-@dataclass(frozen=True)
-class ResolvedConfig:
-    """A config whose plugin names are checked and whose derived values are filled in.
+def resolve(config: PipelineConfig, *, registry: Registry | None = None,
+            roles: Iterable[str] | None = None) -> Run:
+    """Check ``config`` against the installed plugins, fill in its derived values, bind its components.
 
-    ``components`` maps each YAML path that selects a plugin to ``(kind, registered name)``;
-    ``env_configs`` holds the validated env config of each env tag the run uses (agentic).
-    Everything here pickles, so it can be shipped to Ray workers, which rebuild their own registry.
+    ``roles`` limits the strategies bound to those workers (``roll rollout`` with a model-free
+    policy builds none, with the model only ``actor_infer``); by default every worker the run
+    trains with is bound.
     """
-
-    config: PipelineConfig
-    components: dict[str, tuple[str, str]] = field(default_factory=dict)
-    env_configs: dict[str, BaseModel] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def pipeline_type(self) -> str:
-        return self.config.pipeline_type
-
-    def registration(self, path: str, registry: Registry | None = None) -> Registration:
-        """The registration selected at YAML ``path`` (e.g. ``"adv_estimator"``)."""
-        kind, name = self.components[path]
-        return _registry(registry).get(kind, name, config_key=path)
-
-    def to_yaml(self) -> str:
-        return dump_config(self.config)
-
-    def save(self, path: str | Path) -> Path:
-        """Write the resolved YAML (what ``roll run`` saves with a run); returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_yaml())
-        return path
+    return _Resolver(config, _registry(registry), roles).run()
 
 
-def resolve(config: PipelineConfig, *, registry: Registry | None = None) -> ResolvedConfig:
-    """Check ``config`` against the installed plugins and fill in its derived values."""
-    return _Resolver(config, _registry(registry)).run()
+def bind_env(name_or_tag: str, env_config: Mapping[str, Any] | BaseModel | None = None, *,
+             registry: Registry | None = None, config_key: str | None = None) -> EnvBinding:
+    """One env outside a config (``make_env``, ``roll env play``, tests): registration defaults, then
+    ``env_config``, validated by the env's ``config_model``."""
+    reg = lookup_env(name_or_tag, registry=registry, config_key=config_key)
+    env_class(reg)  # an env built on its own must honour the env contract before its config is read
+    prefix = (*config_key.split("."), "env_config") if config_key else ("env_config",)
+    return _bind_env(reg, env_config, prefix=prefix)
+
+
+def lookup_env(name_or_tag: str, *, registry: Registry | None = None,
+               config_key: str | None = None) -> Registration:
+    """The env registration called or tagged ``name_or_tag`` (did-you-mean error otherwise)."""
+    return _registry(registry).get("env", name_or_tag, config_key=config_key)
+
+
+def _bind_env(reg: Registration, env_config: Mapping[str, Any] | BaseModel | None,
+              prefix: tuple[str, ...]) -> EnvBinding:
+    cls = reg.load()  # the env contract itself is checked when an env is built (EnvBinding.make)
+    model = getattr(cls, "config_model", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
+                          "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
+    if isinstance(env_config, model):
+        return EnvBinding(reg, env_config)
+    if isinstance(env_config, BaseModel):
+        env_config = env_config.model_dump()
+    values = {**dict(reg.options.get("defaults") or {}), **dict(env_config or {})}
+    try:
+        return EnvBinding(reg, model.model_validate(values))
+    except ValidationError as exc:
+        raise config_error(exc, model, prefix=prefix,
+                           source=f"(env {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
 
 
 def dump_config(config: PipelineConfig) -> str:
@@ -117,17 +127,21 @@ def _registry(registry: Registry | None) -> Registry:
 class _Resolver:
     """One resolution: edits a plain copy of the config, then validates it once more."""
 
-    def __init__(self, config: PipelineConfig, registry: Registry):
+    def __init__(self, config: PipelineConfig, registry: Registry, roles: Iterable[str] | None):
         self.config = config
         self.registry = registry
+        self.roles = None if roles is None else set(roles)
         self.data: dict[str, Any] = copy.deepcopy(config.model_dump())
-        self.components: dict[str, tuple[str, str]] = {}
-        self.env_configs: dict[str, BaseModel] = {}
+        self.strategies: dict[str, Registration] = {}
+        self.envs: dict[str, EnvBinding] = {}
+        self.rewards: dict[str, Registration] = {}
+        self.components: dict[str, Registration] = {}
         self.warnings: list[str] = []
 
-    def run(self) -> ResolvedConfig:
+    def run(self) -> Run:
         c, d = self.config, self.data
-        if not (c.pretrain or c.actor_train.model_args.model_name_or_path):
+        builds_model = self.roles is None or bool(self.roles)
+        if builds_model and not (c.pretrain or c.actor_train.model_args.model_name_or_path):
             raise ConfigError("pretrain is not set: name the policy model (a Hugging Face id or a local path) "
                               "with `pretrain: ...` or override it with pretrain=PATH.")
         d["sequence_length"] = c.effective_sequence_length
@@ -145,23 +159,36 @@ class _Resolver:
             c.enable_old_logprobs_recompute or step_wise or c.init_kl_coef > 0
         )
         needs_critic = bool(estimator.options.get("needs_critic"))
-        used = ["actor_train", "actor_infer"] + ["critic"] * needs_critic + ["reference"] * d["enable_reference"]
-        self.fill_models(needs_critic)
-        for worker in used:
-            self.strategy(worker)
+        wanted = {"actor_train", "actor_infer", *(["critic"] * needs_critic), *(["reference"] * d["enable_reference"])}
+        if builds_model:
+            self.fill_models(needs_critic)
+        for worker in ROLES:
+            if worker in wanted and (self.roles is None or worker in self.roles):
+                self.strategy(worker)
 
         if isinstance(c, AgenticConfig):
             self.agentic(c)
         elif isinstance(c, RLVRConfig):
             self.rlvr(c)
-        return ResolvedConfig(config=self.validated(), components=self.components,
-                              env_configs=self.env_configs, warnings=tuple(self.warnings))
+        return Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
+                   envs=self.envs, rewards=self.rewards, plugins=self.plugin_versions(),
+                   components=self.components, warnings=tuple(self.warnings))
 
     # -- helpers ------------------------------------------------------------------------------
     def lookup(self, kind: str, name: str, path: str) -> Registration:
         reg = self.registry.get(kind, name, config_key=path)
-        self.components[path] = (kind, reg.name)
+        self.components[path] = reg
         return reg
+
+    def plugin_versions(self) -> dict[str, str]:
+        """distribution -> version of every distribution a bound component comes from."""
+        versions = {}
+        for reg in self.components.values():
+            if reg.distribution and reg.distribution not in versions:
+                version = installed_version(reg.distribution)
+                if version is not None:
+                    versions[reg.distribution] = version
+        return versions
 
     def note(self, message: str) -> None:
         self.warnings.append(message)
@@ -201,7 +228,14 @@ class _Resolver:
                 f"{path} is {args['strategy_name']!r}, {_a(role)} strategy, but {worker} needs {_a(wanted)} strategy "
                 f"(installed: {', '.join(fitting) or 'none'})."
             )
+        if worker == "critic" and not reg.options.get("critic"):
+            raise ConfigError(
+                f"{path} is {reg.name!r}, which provides no critic (value-head) model, but adv_estimator "
+                f"{self.config.adv_estimator!r} trains a critic. Choose a train strategy with a critic "
+                "(roll's built-in hf_train has one), or an estimator without a critic (grpo, reinforce)."
+            )
         self.data[worker]["strategy_args"] = {**args, "strategy_name": reg.name}
+        self.strategies[worker] = reg
 
     # -- agentic ------------------------------------------------------------------------------
     def agentic(self, c: AgenticConfig) -> None:
@@ -213,34 +247,21 @@ class _Resolver:
                 d[path]["max_env_num_per_worker"] = manager.num_envs
         for path, manager in c.env_managers().items():
             for i, tag in enumerate(manager.tags):
-                if tag not in self.env_configs:
+                if tag not in self.envs:
                     self.env(c, tag, f"{path}.tags[{i}]")
 
     def env(self, c: AgenticConfig, tag: str, tag_path: str) -> None:
         entry = c.custom_envs.get(tag)
         if entry is not None:
-            type_path = f"custom_envs.{tag}.env_type"
-            reg = self.lookup("env", entry.env_type, type_path)
+            reg = self.lookup("env", entry.env_type, f"custom_envs.{tag}.env_type")
         else:
-            type_path = tag_path
             reg = self.env_by_tag(c, tag, tag_path)
-        cls = reg.load()
-        model = getattr(cls, "config_model", None)
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
-                              "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
-        defaults = dict(reg.options.get("defaults") or {})
-        values = entry.merged_env_config(defaults) if entry is not None else defaults
-        try:
-            env_config = model.model_validate(values)
-        except ValidationError as exc:
-            raise config_error(exc, model, prefix=("custom_envs", tag, "env_config"),
-                               source=f"(env {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
-        self.env_configs[tag] = env_config
+        binding = _bind_env(reg, entry.env_config if entry is not None else {},
+                            prefix=("custom_envs", tag, "env_config"))
+        self.envs[tag] = binding
         base = self.data["custom_envs"].get(tag) or {"env_type": reg.name}
         self.data["custom_envs"][tag] = {**base, "env_type": reg.name,
-                                         "env_config": env_config.model_dump(mode="json")}
-        self.components[type_path] = ("env", reg.name)
+                                         "env_config": binding.config.model_dump(mode="json")}
 
     def env_by_tag(self, c: AgenticConfig, tag: str, tag_path: str) -> Registration:
         try:
@@ -281,4 +302,5 @@ class _Resolver:
             path = f"rewards.{domain}.reward_type" if reward.reward_type else f"rewards.{domain}"
             reg = self.lookup("reward", reward.reward_type or domain, path)
             d["rewards"][domain]["reward_type"] = reg.name
+            self.rewards[domain] = reg
 

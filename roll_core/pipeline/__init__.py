@@ -32,17 +32,17 @@ def pipeline_class(pipeline_type: str) -> Any:
 
 
 def launch(config: Any, address: str | None = None, *, stream=None) -> int:
-    """Run ``config`` (a config or a :class:`roll_core.config.ResolvedConfig`); returns an exit code.
+    """Run ``config`` (a config or its resolved :class:`roll_core.config.Run`); returns an exit code.
 
     A local Ray cluster started here is shut down at the end, also on errors and Ctrl-C; a
     cluster that was joined is left running.
     """
     import ray
 
-    from roll_core.config import ResolvedConfig, resolve
+    from roll_core.config import Run, resolve
 
-    resolved = config if isinstance(config, ResolvedConfig) else resolve(config)
-    cls = pipeline_class(resolved.pipeline_type)
+    run = config if isinstance(config, Run) else resolve(config)
+    cls = pipeline_class(run.pipeline_type)
     started_here = False
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
@@ -53,7 +53,7 @@ def launch(config: Any, address: str | None = None, *, stream=None) -> int:
             ray.init(address="local", include_dashboard=False, log_to_driver=True,
                      num_cpus=max(os.cpu_count() or 1, 2))
             started_here = True
-    pipeline = cls(resolved, stream=stream)
+    pipeline = cls(run, stream=stream)
     try:
         return pipeline.run()
     finally:

@@ -1,516 +1,75 @@
-"""The agentic training loop on Ray (ARCHITECTURE.md "Data flow of one agentic training step").
+"""The agentic pipeline: multi-turn env trajectories, trained by the shared loop (:mod:`.base`).
 
-One step::
-
-    batch = train_rollout.get_batch(rollout_batch_size)         env-level async rollout
-    ref log-probs (reference, only with a KL term)
-    old log-probs (actor_train, when more than one optimiser step or a KL term needs them)
-    values (critic, only for estimators registered with needs_critic)
-    rewards -> advantages (the adv_estimator plugin, via algorithms.compute_advantages)
-    critic update, actor update (ppo_epochs x mini-batches, the pg_variant plugin's loss)
-    weight sync actor_train -> inference workers (version += 1, generation paused meanwhile)
-    metrics -> validation every eval_steps -> checkpoint every save_steps
+What is agentic here: the batches come from env-level asynchronous rollouts of the train env
+manager (:class:`roll_core.rollout.agentic.AgenticRollout`), validation is greedy play of the val
+env manager, and the warm start plays demonstrations in the envs.
 
 Asynchronous training (``async_generation_ratio: k > 0``): the env loops and the inference workers
 keep generating while the driver computes log-probs and advantages and the trainer trains; the
 rollout admits at most k batches of groups ahead, stops an episode as soon as its oldest turn is
 more than k versions behind the newest weights, and serves only groups whose oldest turn is within
-k versions of the weights being trained (ARCHITECTURE.md; roll_core.rollout.admission). Weight
+k versions of the weights being trained (docs/architecture.md; roll_core.rollout.admission). Weight
 sync and validation pause generation. Per step it reports the staleness of the trained turns
 (``rollout/staleness/*``), stale work dropped (``rollout/dropped_trajectories/stale``), and how
 much generation overlapped the training phases (``time/generation_overlap``,
 ``rollout/turns_during_training``). ``k = 0`` is the synchronous pipeline.
-
-Determinism (what makes ``resume_from_checkpoint`` continue exactly on CPU): rows are put in a
-canonical order before anything reads them (the order env loops finish in is timing), every
-shuffle is seeded by the step, the rollout's episode counters and the KL controller are part of
-the checkpoint, and the strategies restore their optimiser and RNG state.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import os
-import signal
-import time
-from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
-from roll_core.errors import ConfigError
-from roll_core.pipeline import checkpoint as ckpt
-from roll_core.pipeline.placement import actor_options, cluster_gpus, gpu_shares
-from roll_core.pipeline.tracking import MetricsTracker
-from roll_core.pipeline.workers import TrainWorker, take_rows
-
-logger = logging.getLogger("roll.pipeline")
-
-#: the learning-curve file written under logging_dir
-CURVE_FILE = "learning_curve.png"
-#: the resolved config saved with the run, under logging_dir
-CONFIG_FILE = "config.yaml"
+from roll_core.pipeline.base import TrainingLoop
 
 
-class Timer:
-    """Wall time per phase of one step, in insertion order (the progress line prints them)."""
+class AgenticPipeline(TrainingLoop):
+    """See the module docstring."""
 
-    def __init__(self):
-        self.phases: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
-
-
-def canonical_order(data: dict[str, Any]) -> list[int]:
-    """Row order independent of which env finished first: by group, episode, member, turn."""
-    keys = list(zip(data["group_id"], data["episode_id"], data["traj_id"],
-                    data["step"].tolist() if "step" in data else [0] * len(data["traj_id"])))
-    return sorted(range(len(keys)), key=keys.__getitem__)
-
-
-def batch_dict(batch: Any) -> dict[str, Any]:
-    """A :class:`RolloutBatch` as one dict of tensors and per-row lists, in canonical row order."""
-    import torch
-
-    data = {**batch.tensors, **batch.non_tensors}
-    order = canonical_order(data)
-    if order == list(range(len(order))):
-        return data
-    return take_rows(data, torch.tensor(order, dtype=torch.long), len(order))
-
-
-def trajectory_summary(trajectories: list[Any], prefix: str) -> dict[str, float]:
-    """Success, reward and lengths per trajectory (the same for trajectory- and step-wise rows)."""
-    n = max(len(trajectories), 1)
-    return {
-        f"{prefix}/success": sum(float(t.metrics.get("success", 0.0)) for t in trajectories) / n,
-        f"{prefix}/reward_mean": sum(float(t.episode_reward) for t in trajectories) / n,
-        f"{prefix}/response_length": sum(float(t.response_length) for t in trajectories)
-        / max(sum(t.num_steps for t in trajectories), 1),
-        f"{prefix}/num_turns": sum(float(t.num_steps) for t in trajectories) / n,
-        f"{prefix}/action_is_valid": sum(float(t.metrics.get("action_is_valid", 0.0)) for t in trajectories) / n,
-    }
-
-
-class AgenticPipeline:
-    """Builds the workers and rollouts of an agentic config and trains (see the module docstring).
-
-    The RLVR pipeline subclasses it and replaces what is specific to env trajectories:
-    :meth:`start_rollouts`, :meth:`collect`, :meth:`validate`, :meth:`has_validation`,
-    :meth:`title` and :attr:`NON_TRAIN_KEYS`.
-    """
-
-    #: pipeline name in messages
     NAME = "agentic"
-    #: per-row batch entries the train workers never read (kept out of what is shipped to them)
-    NON_TRAIN_KEYS: tuple[str, ...] = ("env_metrics", "end_reason")
+    NON_TRAIN_KEYS = ("env_metrics", "end_reason")
 
-    def __init__(self, resolved: Any, *, stream=None):
-        from roll_core.algorithms import kl_controller_from_config
-        from roll_core.plugins import get_registry
-
-        self.resolved = resolved
-        self.config = config = resolved.config
-        registry = get_registry()
-        estimator = registry.get("advantage_estimator", config.adv_estimator, config_key="adv_estimator")
-        self.needs_critic = bool(estimator.options.get("needs_critic"))
-        self.use_reference = bool(config.enable_reference or config.use_kl_loss or config.init_kl_coef > 0)
-        self.max_steps = int(config.max_steps)
-        if self.max_steps < 0:
-            raise ConfigError(f"max_steps: -1 (no limit) is not supported by the {self.NAME} pipeline; set a number.")
-        self.step = 0
-        self.kl_ctrl = kl_controller_from_config(config)
-        self.stream = stream
-        self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream)
-        self.workers: dict[str, Any] = {}
-        self.generation: Any = None
-        self.train_rollout: Any = None
+    def __init__(self, run: Any, *, stream=None):
+        super().__init__(run, stream=stream)
         self.val_rollout: Any = None
-        self.warmup_dir: str | None = None  # the warm-started model the train workers start from
-        self.last_batch: Any = None
-        self._stop_requested = False
 
-    # -- setup ---------------------------------------------------------------------------------
     def title(self) -> str:
-        """The learning curve's title."""
         c = self.config
         return f"{c.exp_name}: {c.adv_estimator} on {', '.join(c.train_env_manager.tags)}"
 
-    def num_optimizer_steps(self) -> int:
-        """Optimiser steps of the whole run, for LR schedules."""
-        c = self.config
-        explicit = c.actor_train.training_args.max_steps
-        if explicit and explicit > 0:
-            return int(explicit)
-        targs = c.actor_train.training_args
-        mini = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
-        per_step = c.ppo_epochs * max(1, math.ceil(c.rollout_batch_size / mini))
-        return self.max_steps * per_step
-
-    def warmup_steps(self) -> int:
-        warmup = getattr(self.config, "warmup_sft", None)
-        return int(warmup.steps) if warmup is not None and warmup.steps > 0 else 0
-
     def start_rollouts(self) -> None:
         """The inference workers (from ``pretrain``) behind the train and validation rollouts."""
-        from roll_core.rollout import RolloutScheduler
+        from roll_core.rollout.agentic import AgenticRollout
+        from roll_core.rollout.from_config import batch_size_from_config
+        from roll_core.rollout.scheduler import RolloutScheduler
 
         c = self.config
-        self.generation = start_generation(c, num_gpus=self.gpu_shares()["actor_infer"])
-        self.train_rollout = RolloutScheduler.from_config(c, "train", generate_scheduler=self.generation.scheduler)
+        self.generation = self.start_generation()
+        scheduler = RolloutScheduler.from_run(self.resolved, "train", generate_scheduler=self.generation.scheduler)
+        self.train_rollout = AgenticRollout(scheduler, batch_size_from_config(c, "train"))
         if c.eval_steps > 0:
-            self.val_rollout = RolloutScheduler.from_config(c, "val", generate_scheduler=self.generation.scheduler)
+            self.val_rollout = RolloutScheduler.from_run(self.resolved, "val",
+                                                         generate_scheduler=self.generation.scheduler)
 
-    def start_train_workers(self) -> None:
-        """actor_train, and the critic and reference when the run needs them."""
-        import ray
-
-        c = self.config
-        shares = self.gpu_shares()
-        remote = ray.remote(TrainWorker)
-        threads = c.system_envs.get("OMP_NUM_THREADS")
-        for role in self.train_roles():
-            self.workers[role] = remote.options(**actor_options(c, role, shares[role])).remote(
-                c, role, num_training_steps=self.num_optimizer_steps(),
-                num_threads=int(threads) if threads else None,
-            )
-        ray.get([w.ready.remote() for w in self.workers.values()])
-
-    def train_roles(self) -> list[str]:
-        return ["actor_train", *(["critic"] * self.needs_critic), *(["reference"] * self.use_reference)]
-
-    def gpu_shares(self) -> dict[str, float]:
-        return gpu_shares(self.config, [*self.train_roles(), "actor_infer"], gpus_available=cluster_gpus())
-
-    def shutdown(self) -> None:
-        import ray
-
-        for rollout in (self.train_rollout, self.val_rollout):
-            if rollout is not None:
-                rollout.shutdown()
-        if self.generation is not None:
-            self.generation.shutdown()
-        for worker in self.workers.values():
-            ray.kill(worker, no_restart=True)
-        self.workers.clear()
-        self.tracker.close()
-
-    # -- the run -------------------------------------------------------------------------------
-    def run(self) -> int:
-        """Train ``max_steps`` steps (continuing a checkpoint when asked); returns an exit code."""
-        c = self.config
-        os.makedirs(c.logging_dir, exist_ok=True)
-        self.resolved.save(os.path.join(c.logging_dir, CONFIG_FILE))
-        resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
-        self.start_rollouts()
-        with self._interrupt_guard():
-            if resume:
-                self.load(resume)
-                self.tracker.print(f"resumed from {resume} at step {self.step}")
-            else:
-                self.prepare()
-            while self.step < self.max_steps and not self._stop_requested:
-                self.train_step()
-            if self._stop_requested:
-                self.tracker.print(f"stopped after step {self.step}; checkpoint saved")
-        self.finish()
-        return 130 if self._stop_requested else 0
-
-    def prepare(self) -> None:
-        """Before step 1: the untrained model's validation, the optional warm start, step-0 validation."""
-        if self.warmup_steps():
-            from roll_core.pipeline.warmup import with_model
-
-            if self.has_validation():
-                metrics = self.validate(step=0, prefix="val_untrained")
-                self.tracker.log(0, metrics)
-                self.tracker.print(f"untrained model: val success {metrics['val_untrained/success']:.3f}")
-            self.warmup_dir, metrics = self.warm_start()
-            self.config = with_model(self.config, self.warmup_dir)
-            self.tracker.log(0, metrics)
-            solver = int(metrics["sft/solver_steps"])
-            mixed = 0 < solver < self.warmup_steps()
-            self.tracker.print(
-                f"warm start: {self.warmup_steps()} supervised steps on {self.config.warmup_sft.policy}-policy "
-                f"demonstrations{f' ({solver} of them played by the solver)' if mixed else ''} in "
-                f"{metrics['time/warmup_sft']:.1f}s (response nll {metrics['sft/nll']:.3f})")
-        self.start_train_workers()
-        if self.warmup_dir:
-            self.sync_weights(version=0)
-        if self.has_validation():
-            metrics = self.validate(step=0)
-            self.tracker.log(0, metrics)
-            self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
-            self.plot()
-
-    def warm_start(self) -> tuple[str, dict[str, float]]:
-        """The ``warmup_sft`` phase on env demonstrations; returns the saved model and its metrics."""
-        from roll_core.pipeline.warmup import run_warmup
-
-        return run_warmup(self)
-
-    def train_step(self) -> dict[str, float]:
-        """One pipeline step (see the module docstring); returns its metrics."""
-        c = self.config
-        step = self.step + 1
-        timer = Timer()
-        started = time.perf_counter()
-        with timer("rollout"):
-            data, metrics = self.collect(step)
-        generated_before = self.generation.activity()  # generation from here to the sync overlaps training
-        metrics.update(self.optimize(data, step, timer))
-        generated_after = self.generation.activity()
-        metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
-        metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
-        with timer("sync"):
-            self.sync_weights(version=step)
-        self.step = step
-
-        if self.has_validation() and (step % c.eval_steps == 0 or step == self.max_steps):
-            with timer("val"):
-                metrics.update(self.validate(step=step))
-        timings = {**timer.phases, "step": time.perf_counter() - started}
-        metrics.update({f"time/{k}": v for k, v in timings.items()})
-        if step % c.logging_steps == 0 or step == self.max_steps:
-            self.tracker.log(step, metrics)
-            self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
-        else:
-            self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
-        if "val/success" in metrics:  # the run's end is drawn by finish()
-            self.plot()
-        if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
-            self.save()
-        return metrics
-
-    def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
-        """The step's training batch (a dict of tensors and per-row lists) and its rollout metrics."""
-        batch = self.train_rollout.get_batch(self.config.rollout_batch_size)
-        self.last_batch = batch  # kept for inspection (tests, debugging); replaced every step
-        data = batch_dict(batch)
-        data["infer_log_probs"] = data.pop("infer_logprobs")
-        metrics: dict[str, float] = dict(batch.metrics)
-        metrics.update(trajectory_summary(batch.trajectories, "train"))
-        metrics["train/samples"] = float(len(data["traj_id"]))  # rows: episodes, or turns when step-wise
-        return data, metrics
+    def rollouts(self) -> list[Any]:
+        return [r for r in (self.train_rollout, self.val_rollout) if r is not None]
 
     def has_validation(self) -> bool:
-        """Whether this run validates (at step 0 and every ``eval_steps``)."""
         return self.config.eval_steps > 0 and self.val_rollout is not None
-
-    def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
-        """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
-        import ray
-
-        c = self.config
-        metrics: dict[str, float] = {}
-        actor = self.workers["actor_train"]
-        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
-        if self.use_reference:
-            with timer("ref_logp"):
-                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
-        if self.recompute_old_log_probs(len(data["input_ids"])):
-            with timer("old_logp"):
-                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
-        if self.needs_critic:
-            with timer("values"):
-                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
-        with timer("advantages"):
-            metrics.update(self.compute_advantages(data))
-        train_ref = ray.put({k: v for k, v in data.items() if k not in self.NON_TRAIN_KEYS})
-        if self.needs_critic:
-            with timer("critic"):
-                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
-        if step > c.critic_warmup or not self.needs_critic:
-            with timer("actor"):
-                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
-        return metrics
-
-    def recompute_old_log_probs(self, rows: int) -> bool:
-        """Old log-probs from actor_train are needed unless the step is a single optimiser step
-        with no KL term: then the first forward's detached log-probs are pi_old (ALGORITHMS.md §6.1)."""
-        c = self.config
-        if c.force_disable_old_logprobs_recompute:
-            return False
-        targs = c.actor_train.training_args
-        mini = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
-        several_steps = c.ppo_epochs > 1 or rows > mini
-        correction = c.train_infer_correction
-        wants_correction = correction.is_weight.enabled or any(f.enabled for f in correction.filters)
-        return bool(c.enable_old_logprobs_recompute or several_steps or self.use_reference or wants_correction)
-
-    def compute_advantages(self, data: dict[str, Any]) -> dict[str, float]:
-        """Rewards -> advantages (estimator plugin), then the optional train-inference correction."""
-        from roll_core.algorithms import apply_train_infer_correction, compute_advantages
-
-        outputs, metrics = compute_advantages(data, self.config, pipeline=self.NAME, kl_ctrl=self.kl_ctrl)
-        data.update(outputs)
-        if "old_log_probs" in data:
-            updates, correction_metrics = apply_train_infer_correction(data, self.config)
-            data.update(updates)
-            metrics.update(correction_metrics)
-        return metrics
-
-    # -- weights, validation, checkpoints --------------------------------------------------------
-    def sync_weights(self, version: int | None = None) -> None:
-        """actor_train -> inference workers; generation is paused meanwhile."""
-        import ray
-
-        version = self.step if version is None else version
-        for rollout in (self.train_rollout, self.val_rollout):
-            if rollout is not None:
-                rollout.pause()
-        try:
-            weights = ray.get(self.workers["actor_train"].export_weights.remote())
-            self.generation.update_weights(weights, version)
-            for rollout in (self.train_rollout, self.val_rollout):
-                if rollout is not None:
-                    rollout.set_version(version)
-        finally:
-            for rollout in (self.train_rollout, self.val_rollout):
-                if rollout is not None:
-                    rollout.resume()
 
     def validate(self, step: int, prefix: str = "val") -> dict[str, float]:
         """One pass over the validation instances (the same ones every time), greedy."""
-        c = self.config
-        if c.async_generation_ratio > 0:  # generation ahead of training waits for validation
-            self.train_rollout.pause()
-        try:
+        from roll_core.rollout.agentic import trajectory_summary
+
+        # generation ahead of training waits for validation
+        held = [self.train_rollout] if self.config.async_generation_ratio > 0 else []
+        with self.paused(held):
             batch = self.val_rollout.get_batch()
-        finally:
-            if c.async_generation_ratio > 0:
-                self.train_rollout.resume()
         metrics = trajectory_summary(batch.trajectories, prefix)
         metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items() if k.startswith("env/")})
         return metrics
 
-    def plot(self) -> str | None:
-        return self.tracker.plot(os.path.join(self.config.logging_dir, CURVE_FILE))
+    def warm_start(self) -> tuple[str, dict[str, float]]:
+        """The ``warmup_sft`` phase on env demonstrations (see :mod:`roll_core.pipeline.warmup`)."""
+        from roll_core.pipeline.warmup import run_warmup
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "kl_ctrl": self.kl_ctrl.state_dict(),
-            "rollout": self.train_rollout.state_dict(),
-            "tracker": self.tracker.state_dict(),
-            "warmup_dir": self.warmup_dir,
-            "exp_name": self.config.exp_name,
-        }
-
-    def save(self) -> str:
-        """``output_dir/checkpoint-{step}``: actor (HF format + trainer state), critic, pipeline state."""
-        import ray
-
-        c = self.config
-        tmp = ckpt.begin(c.output_dir, self.step)
-        calls = [self.workers["actor_train"].save_checkpoint.remote(tmp)]
-        if self.needs_critic:
-            calls.append(self.workers["critic"].save_checkpoint.remote(os.path.join(tmp, "critic")))
-        ray.get(calls)
-        path = ckpt.commit(tmp, self.state_dict(), keep_last=c.max_ckpt_to_keep or None)
-        logger.info("saved %s", path)
-        return path
-
-    def load(self, path: str) -> None:
-        """Start the train workers from ``path``'s run and restore everything it saved."""
-        import ray
-
-        state = ckpt.load_state(path)
-        self.warmup_dir = state.get("warmup_dir")
-        if self.warmup_dir:  # the reference model (if any) is the warm-started one
-            from roll_core.pipeline.warmup import with_model
-
-            self.config = with_model(self.config, self.warmup_dir)
-        self.start_train_workers()
-        calls = [self.workers["actor_train"].load_checkpoint.remote(path)]
-        if self.needs_critic:
-            calls.append(self.workers["critic"].load_checkpoint.remote(os.path.join(path, "critic")))
-        ray.get(calls)
-        self.step = int(state["step"])
-        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
-        self.train_rollout.load_state_dict(state["rollout"])
-        self.tracker.load_state_dict(state.get("tracker", {}))
-        self.sync_weights(version=self.step)
-
-    def finish(self) -> None:
-        path = self.plot()
-        if path:
-            self.tracker.print(f"learning curve: {path}")
-
-    # -- interruption ----------------------------------------------------------------------------
-    @contextmanager
-    def _interrupt_guard(self):
-        """Ctrl-C finishes the running step, saves a checkpoint and stops; a second Ctrl-C aborts."""
-        previous: Callable | int | None = None
-
-        def handler(signum, frame):
-            if self._stop_requested:
-                raise KeyboardInterrupt
-            self._stop_requested = True
-            self.tracker.print("interrupt: finishing the current step, then saving a checkpoint "
-                               "(Ctrl-C again to abort without saving)")
-
-        try:
-            previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: no signal handling
-            previous = None
-        try:
-            yield
-            if self._stop_requested and self.step > 0:
-                self.save()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-
-
-class Generation:
-    """``actor_infer``: the rollout engine's inference workers behind its generation scheduler.
-
-    One :class:`roll_core.rollout.infer_worker.InferWorker` per ``actor_infer`` worker
-    (``world_size``, or the devices of ``device_mapping`` divided by ``num_gpus_per_worker``; one
-    on CPU), placed like the train workers; the scheduler batches every env loop's requests.
-    """
-
-    def __init__(self, config: Any, *, num_gpus: float):
-        import ray
-
-        from roll_core.rollout.infer_worker import InferWorker, start_generate_scheduler
-
-        infer = config.actor_infer
-        count = infer.world_size or (
-            len(infer.device_mapping) // infer.num_gpus_per_worker if infer.device_mapping and num_gpus else 1
-        )
-        pretrain = infer.model_args.model_name_or_path or config.pretrain
-        options = {**actor_options(config, "actor_infer", num_gpus), "max_concurrency": 2}
-        remote = ray.remote(InferWorker).options(**options)
-        self.workers = [remote.remote(infer.strategy_args.strategy_name, infer, pretrain, seed=config.seed + i)
-                        for i in range(max(1, count))]
-        ray.get([w.policy_version.remote() for w in self.workers])
-        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=infer.infer_batch_size)
-
-    def update_weights(self, weights: dict[str, Any], version: int) -> None:
-        import ray
-
-        ray.get(self.scheduler.update_weights.remote([ray.put(weights)], version))
-
-    def activity(self) -> dict[str, float]:
-        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
-        import ray
-
-        return ray.get(self.scheduler.activity.remote())
-
-    def shutdown(self) -> None:
-        import ray
-
-        for actor in [self.scheduler, *self.workers]:
-            ray.kill(actor, no_restart=True)
-
-
-def start_generation(config: Any, *, num_gpus: float) -> Generation:
-    return Generation(config, num_gpus=num_gpus)
+        return run_warmup(self)

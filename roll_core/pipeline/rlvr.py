@@ -9,10 +9,10 @@ One step::
     actor update, weight sync, metrics, validation every eval_steps, checkpoint every save_steps
 
 Everything that is not specific to prompts -- train workers, generation workers, weight sync,
-checkpoints and resume, Ctrl-C handling, the tracker -- is the agentic pipeline's
-(:class:`roll_core.pipeline.agentic.AgenticPipeline`), inherited. With ``async_generation_ratio: k``
-the next batches are generated while the trainer trains, at most k policy versions behind
-(:mod:`roll_core.pipeline.rlvr_rollout`).
+checkpoints and resume, Ctrl-C handling, the tracker -- is the shared training loop's
+(:class:`roll_core.pipeline.base.TrainingLoop`); the agentic pipeline is its sibling. With
+``async_generation_ratio: k`` the next batches are generated while the trainer trains, at most k
+policy versions behind (:mod:`roll_core.rollout.rlvr`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from roll_core.errors import ConfigError
-from roll_core.pipeline.agentic import AgenticPipeline, start_generation
+from roll_core.pipeline.base import TrainingLoop
 
 
-class RLVRPipeline(AgenticPipeline):
+class RLVRPipeline(TrainingLoop):
     """See the module docstring."""
 
     NAME = "rlvr"
@@ -52,8 +52,8 @@ class RLVRPipeline(AgenticPipeline):
     def start_rollouts(self) -> None:
         """Tokenizer, prompts, reward functions, the inference workers and the rollout around them."""
         from roll_core.data import PromptSampler, load_prompts
-        from roll_core.pipeline.rlvr_rewards import RewardDispatcher
-        from roll_core.pipeline.rlvr_rollout import RLVRRollout
+        from roll_core.rollout.rewards import RewardDispatcher
+        from roll_core.rollout.rlvr import RLVRRollout
         from roll_core.rollout.tokenizer import rollout_tokenizer
         from roll_core.strategies.sampling import sampling_from_generating_args
 
@@ -69,13 +69,13 @@ class RLVRPipeline(AgenticPipeline):
                             prompt_length=c.prompt_length, template=template)
         self.train_rows, self.tokenizer = rows, tokenizer
         sampler = PromptSampler(rows, seed=c.seed, probs=data_args.domain_interleave_probs)
-        dispatcher = RewardDispatcher(c.rewards)
-        self.generation = start_generation(c, num_gpus=self.gpu_shares()["actor_infer"])
+        dispatcher = RewardDispatcher(c.rewards, self.resolved.rewards)
+        self.generation = self.start_generation()
         self.train_rollout = RLVRRollout(
             scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
             sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
-            async_ratio=c.async_generation_ratio)
+            async_ratio=c.async_generation_ratio, pad_id=self.pad_id, max_len_mask=c.max_len_mask)
         val_files, val_args = self.validation_files()
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,
@@ -102,22 +102,6 @@ class RLVRPipeline(AgenticPipeline):
         sampling = sampling_from_generating_args(args)
         return replace(sampling, temperature=0.0) if c.val_greedy else sampling
 
-    # -- one step --------------------------------------------------------------------------------
-    def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
-        """The batch generated for ``step`` (or ahead of it), scored, as padded rows."""
-        from roll_core.pipeline.rlvr_rollout import summary
-
-        samples, metrics = self.train_rollout.get_batch(step)
-        self.last_batch = samples
-        metrics.update(summary(samples, "train"))
-        metrics["train/samples"] = float(len(samples))
-        data = samples.to_batch(self.pad_id)
-        if self.config.max_len_mask:  # responses cut by the length limit teach nothing about the answer
-            mask = data["response_mask"][:, 1:].clone()
-            mask[data["truncated"]] = 0
-            data["loss_mask"] = mask
-        return data, metrics
-
     def warm_start(self) -> tuple[str, dict[str, float]]:
         """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""
         from roll_core.pipeline.warmup import SEED_OFFSET, prompt_demonstrations, train_warmup
@@ -135,15 +119,12 @@ class RLVRPipeline(AgenticPipeline):
     # -- validation ------------------------------------------------------------------------------
     def validate(self, step: int, prefix: str = "val") -> dict[str, float]:
         """The same validation prompts every time; ``val/success`` is their accuracy (for the curve)."""
-        from roll_core.pipeline.rlvr_rollout import summary
+        from roll_core.rollout.rlvr import summary
 
         c = self.config
-        self.train_rollout.pause()  # generation ahead of training waits for validation
-        try:
+        with self.paused():  # generation ahead of training waits for validation
             samples = self.train_rollout.generate(self.val_rows, "val", sampling=self.validation_sampling(),
                                                   group_size=c.val_n_sample)
-        finally:
-            self.train_rollout.resume()
         metrics = summary(samples, prefix)
         metrics[f"{prefix}/success"] = metrics[f"{prefix}/accuracy"]
         return metrics

@@ -83,15 +83,15 @@ def with_model(config: Any, path: str) -> Any:
 
 def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
     """The agentic warm start: demonstrations played in the envs; returns the model directory and metrics."""
-    from roll_core.pipeline.agentic import batch_dict, trajectory_summary
-    from roll_core.rollout import RolloutScheduler
+    from roll_core.rollout.agentic import batch_dict, trajectory_summary
+    from roll_core.rollout.scheduler import RolloutScheduler
 
     config = pipeline.config
     warmup = config.warmup_sft
     batch_size = warmup.batch_size or config.rollout_batch_size
-    demos = demonstration_config(config)
-    policies = {name: RolloutScheduler.from_config(demos, "train", policy=name, seed=config.seed + SEED_OFFSET,
-                                                    async_generation_ratio=0.0)
+    demos = pipeline.resolved.replace_config(demonstration_config(config))
+    policies = {name: RolloutScheduler.from_run(demos, "train", policy=name, seed=config.seed + SEED_OFFSET,
+                                                async_generation_ratio=0.0)
                 for name in {warmup.policy, *(["scripted"] * (warmup.solver_fraction > 0))}}
 
     def demonstrations(use_solver: bool) -> tuple[dict[str, Any], dict[str, float]]:
@@ -170,7 +170,7 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
     out_dir = os.path.join(config.output_dir, WARMUP_DIR)
     started = time.perf_counter()
     worker = ray.remote(TrainWorker).options(**actor_options(config, "actor_train", 0.0)).remote(
-        warmup_config(config), "actor_train", num_training_steps=warmup.steps)
+        pipeline.resolved.replace_config(warmup_config(config)), "actor_train", num_training_steps=warmup.steps)
     metrics: dict[str, float] = {}
     demo: dict[str, float] = {}
     solver_steps = 0

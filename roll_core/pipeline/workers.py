@@ -2,15 +2,14 @@
 
 One class, :class:`TrainWorker`, serves the three roles; what differs per role is a row of
 :data:`ROLES` (which worker section, which registration target, trainable or not), never an
-if/elif on a config string. The strategy class comes from the registry by
-``strategy_args.strategy_name``, which every worker process rebuilds for itself
-(:func:`roll_core.plugins.get_registry`): plugins are discovered in the worker, nothing about
-them is pickled.
+if/elif on a config string. Each worker receives the resolved :class:`~roll_core.config.run.Run`
+and builds its role's bound strategy registration; it checks that its plugin versions are the
+driver's (:meth:`Run.check_plugins`) and looks nothing up by name.
 
 Batches travel as plain dicts of CPU tensors (and per-row lists). The loss functions are built
-here, in the worker, from the config through the algorithms' entry points, so the driver ships
-data, not closures. ``ppo_epochs`` and the split into optimiser steps also happen here, so a
-batch crosses the process boundary once per step.
+here, in the worker, from the run's bound policy loss, so the driver ships data, not closures.
+``ppo_epochs`` and the split into optimiser steps also happen here, so a batch crosses the
+process boundary once per step.
 """
 
 from __future__ import annotations
@@ -52,22 +51,16 @@ def import_target(target: str) -> Any:
     return obj
 
 
-def strategy_class(config: Any, role: str, registry: Any = None) -> Any:
-    """The strategy class for ``role``, looked up in this process's registry."""
-    if registry is None:
-        from roll_core.plugins import get_registry
-
-        registry = get_registry()
+def strategy_class(run: Any, role: str) -> Any:
+    """The strategy class of ``role``: the run's bound registration (its ``critic`` option for the critic)."""
     spec = ROLES[role]
-    section = getattr(config, spec.section)
-    name = section.strategy_args.strategy_name
-    reg = registry.get("strategy", name, config_key=f"{spec.section}.strategy_args.strategy_name")
+    reg = run.strategy(role)
     if spec.target_option is None:
         return reg.load()
     target = reg.options.get(spec.target_option)
     if not target:
         raise PluginError(
-            f"{spec.section}.strategy_args.strategy_name is {name!r}, but that strategy provides no "
+            f"{spec.section}.strategy_args.strategy_name is {reg.name!r}, but that strategy provides no "
             f"{spec.target_option} model (its registration has no {spec.target_option!r} option)."
         )
     return import_target(target)
@@ -83,20 +76,18 @@ def model_path(config: Any, role: str) -> str:
     return path
 
 
-def build_strategy(config: Any, role: str, *, num_training_steps: int | None = None, registry: Any = None):
+def build_strategy(run: Any, role: str, *, num_training_steps: int | None = None):
     """Instantiate ``role``'s strategy from its worker section (in the calling process)."""
     spec = ROLES[role]
-    cls = strategy_class(config, role, registry)
-    factory = getattr(cls, "from_worker_config", None)
-    if factory is None:
-        raise PluginError(f"The strategy class {cls.__module__}.{cls.__qualname__} has no from_worker_config("
-                          "worker_config, pretrain, seed, **overrides) constructor, which the pipeline uses.")
+    config = run.config
+    cls = strategy_class(run, role)
     overrides: dict[str, Any] = {}
     if spec.trainable:
         overrides["num_training_steps"] = num_training_steps
     else:
         overrides["trainable"] = False
-    return factory(getattr(config, spec.section), model_path(config, role), int(config.seed), **overrides)
+    return cls.from_worker_config(getattr(config, spec.section), model_path(config, role), int(config.seed),
+                                  **overrides)
 
 
 def _sft_loss(micro_batch, log_probs, _entropy, *, normalisers):
@@ -111,15 +102,18 @@ def _sft_loss(micro_batch, log_probs, _entropy, *, normalisers):
 class TrainWorker:
     """One strategy in its own process (a Ray actor); see the module docstring."""
 
-    def __init__(self, config: Any, role: str, *, num_training_steps: int | None = None,
+    def __init__(self, run: Any, role: str, *, num_training_steps: int | None = None,
                  num_threads: int | None = None):
         import torch
 
+        run.check_plugins(f"{role} worker")
         if num_threads:
             torch.set_num_threads(int(num_threads))
-        self.config = config
+        self.run = run
+        self.config = run.config
         self.role = role
-        self.strategy = build_strategy(config, role, num_training_steps=num_training_steps)
+        self.policy_loss = run.policy_loss.load() if role == "actor_train" else None
+        self.strategy = build_strategy(run, role, num_training_steps=num_training_steps)
 
     def ready(self) -> dict[str, Any]:
         return {"role": self.role, "pid": os.getpid(), "mini_batch_size": self.mini_batch_size()}
@@ -147,7 +141,8 @@ class TrainWorker:
         needs_entropy = float(self.config.entropy_loss_coef) > 0  # a full-vocabulary softmax per token
 
         def step(mini):
-            base = make_actor_loss_fn(self.config, Normalisers.from_mask(label_mask(mini)))
+            base = make_actor_loss_fn(self.config, Normalisers.from_mask(label_mask(mini)),
+                                      loss_variant=self.policy_loss)
 
             def loss_fn(micro, log_probs, entropy):
                 if "old_log_probs" not in micro:
@@ -182,6 +177,8 @@ class TrainWorker:
 
     def _epochs(self, batch, epochs, shuffle_seed, step, *, prefix: str) -> dict[str, float]:
         import torch
+
+        from roll_core.rollout.batch import take_rows
 
         size = len(batch["input_ids"])
         mini = self.mini_batch_size() or size
@@ -225,19 +222,3 @@ class TrainWorker:
 
     def load_checkpoint(self, path: str) -> None:
         self.strategy.load_checkpoint(path)
-
-
-def take_rows(batch: dict[str, Any], rows, size: int) -> dict[str, Any]:
-    """The rows ``rows`` (a LongTensor of indices) of every per-row entry of ``batch``."""
-    import torch
-
-    out: dict[str, Any] = {}
-    index = rows.tolist()
-    for key, value in batch.items():
-        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == size:
-            out[key] = value.index_select(0, rows)
-        elif isinstance(value, (list, tuple)) and len(value) == size:
-            out[key] = [value[i] for i in index]
-        else:
-            out[key] = value
-    return out

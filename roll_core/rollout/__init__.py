@@ -1,7 +1,7 @@
 """Env-level asynchronous rollout on Ray: env managers, group queue, generation scheduling, batches.
 
-The pipeline uses :class:`RolloutScheduler` (``get_batch``, ``set_version``, ``pause`` /
-``resume``) and, with a model as the policy, a :class:`GenerateScheduler` in front of the
+The pipelines use a :class:`~roll_core.rollout.contract.TrainingRollout` (agentic: an
+:class:`AgenticRollout` over a :class:`RolloutScheduler`; RLVR: :class:`RLVRRollout`) and, with a model as the policy, a :class:`GenerateScheduler` in front of the
 inference workers (``update_weights``). Names are imported lazily so that importing this package
 pulls in neither torch nor ray.
 """
@@ -19,8 +19,14 @@ _EXPORTS = {
     "build_batch": "roll_core.rollout.batch",
     "RolloutSpec": "roll_core.rollout.spec",
     "EnvSpec": "roll_core.rollout.spec",
-    "rollout_spec_from_config": "roll_core.rollout.from_config",
+    "rollout_spec": "roll_core.rollout.from_config",
     "GenerateScheduler": "roll_core.rollout.generate_scheduler",
+    "Generation": "roll_core.rollout.infer_worker",
+    "start_generation": "roll_core.rollout.infer_worker",
+    "TrainingRollout": "roll_core.rollout.contract",
+    "StepBatch": "roll_core.rollout.contract",
+    "AgenticRollout": "roll_core.rollout.agentic",
+    "RLVRRollout": "roll_core.rollout.rlvr",
     "InferWorker": "roll_core.rollout.infer_worker",
     "Trajectory": "roll_core.rollout.trajectory",
     "Turn": "roll_core.rollout.trajectory",

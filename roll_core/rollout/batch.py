@@ -137,3 +137,17 @@ def build_batch(trajs: Sequence[Trajectory], *, granularity: str, pad_id: int,
     tensors, lists = BUILDERS[granularity](trajs, pad_id)
     return RolloutBatch(tensors=tensors, non_tensors=lists, trajectories=list(trajs), metrics=dict(metrics or {}),
                         granularity=granularity)
+
+
+def take_rows(batch: dict[str, Any], rows: torch.Tensor, size: int) -> dict[str, Any]:
+    """The rows ``rows`` (a LongTensor of indices) of every per-row entry of ``batch`` (``size`` rows)."""
+    out: dict[str, Any] = {}
+    index = rows.tolist()
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == size:
+            out[key] = value.index_select(0, rows)
+        elif isinstance(value, (list, tuple)) and len(value) == size:
+            out[key] = [value[i] for i in index]
+        else:
+            out[key] = value
+    return out

@@ -253,16 +253,14 @@ class EnvManagerCore:
 
     def __init__(self, spec: RolloutSpec, worker_index: int, queue: Any, tokenizer: Any,
                  generate_scheduler: Any = None):
-        from roll_core.plugins import PluginManager, get_registry
+        from roll_core.config.run import check_plugin_versions
 
+        check_plugin_versions(spec.plugins, f"{spec.mode} env manager {worker_index}")
         self.spec = spec
         self.worker_index = worker_index
         self.queue = queue
         self.generate_scheduler = generate_scheduler
         self.token = uuid.uuid4().hex
-        self.registry = (
-            PluginManager(extra_modules=list(spec.plugin_modules)).registry if spec.plugin_modules else get_registry()
-        )
         self.codec = ChatCodec(load_tokenizer(tokenizer))
         group_ids = spec.worker_groups(worker_index)
         num_envs = len(group_ids) * spec.members_per_group
@@ -288,10 +286,7 @@ class EnvManagerCore:
 
     # -- used by group runners ---------------------------------------------------------------
     def make_env(self, env_spec: EnvSpec) -> Any:
-        from roll_core.envs.factory import make_env
-
-        return make_env(env_spec.env_type, dict(env_spec.env_config), registry=self.registry,
-                        config_key=f"custom_envs.{env_spec.tag}")
+        return env_spec.env.make()
 
     def records_frames(self, ticket: Ticket, member: int) -> bool:
         spec = self.spec

@@ -1,8 +1,9 @@
-"""An agentic config (ROLL field names) -> the :class:`RolloutSpec` of its train or val env manager.
+"""A resolved run (ROLL field names) -> the :class:`RolloutSpec` of its train or val env manager.
 
 Only what the rollout needs is read, and nothing here needs a strategy plugin or a model: a
-ROLL config written for GPUs (megatron, vLLM) rolls out with a model-free policy on a laptop.
-Env names are checked against the registry here, so a typo fails before any actor starts.
+ROLL config written for GPUs (megatron, vLLM) rolls out with a model-free policy on a laptop
+(``resolve(config, roles=())`` binds the envs and nothing else). The envs come bound from the
+:class:`~roll_core.config.run.Run`, so nothing is looked up or validated again here.
 """
 
 from __future__ import annotations
@@ -33,47 +34,25 @@ def sampling_from_config(config: Any, mode: str) -> SamplingParams:
     )
 
 
-def env_specs_from_config(config: Any, tags: list[str], *, registry: Any = None) -> dict[str, EnvSpec]:
-    """One :class:`EnvSpec` per tag: its ``custom_envs`` entry, else the env registered under the tag.
-
-    Each env config is validated here (registration defaults, then the YAML), so a typo fails
-    in the driver with its YAML path instead of in every env-manager actor.
-    """
-    from roll_core.envs.factory import env_config_for, resolve_env
-
+def env_specs(run: Any, tags: list[str]) -> dict[str, EnvSpec]:
+    """One :class:`EnvSpec` per tag, from the run's bound env and its ``custom_envs`` entry."""
     specs = {}
     for tag in tags:
-        entry = config.custom_envs.get(tag)
-        if entry is None:
-            reg = resolve_env(tag, registry=registry, config_key=f"env tag {tag!r}")
-            env_config_for(reg.name, {}, registry=registry, config_key=f"custom_envs.{tag}")
-            specs[tag] = EnvSpec(tag=tag, env_type=reg.name)
-            continue
-        resolve_env(entry.env_type, registry=registry, config_key=f"custom_envs.{tag}.env_type")
-        env_config_for(entry.env_type, dict(entry.env_config), registry=registry, config_key=f"custom_envs.{tag}")
-        specs[tag] = EnvSpec(
-            tag=tag, env_type=entry.env_type, env_config=dict(entry.env_config), max_steps=entry.max_steps,
-            max_tokens_per_step=entry.max_tokens_per_step, history_window=entry.history_length,
-            system_template=entry.agent_system_template, turn_template=entry.agent_template,
-        )
+        entry = run.config.custom_envs.get(tag)
+        extra: dict[str, Any] = {}
+        if entry is not None:
+            extra = dict(max_steps=entry.max_steps, max_tokens_per_step=entry.max_tokens_per_step,
+                         history_window=entry.history_length, system_template=entry.agent_system_template,
+                         turn_template=entry.agent_template)
+        specs[tag] = EnvSpec(tag=tag, env=run.envs[tag], **extra)
     return specs
 
 
-def granularity_from_config(config: Any, *, registry: Any = None) -> str:
-    """``trajectory`` or ``step``: the ``granularity`` option of the configured advantage estimator."""
-    from roll_core.plugins import get_registry
-
-    registry = registry or get_registry()
-    if ("advantage_estimator", config.adv_estimator) not in registry:
-        return "trajectory"
-    return registry.get("advantage_estimator", config.adv_estimator).options.get("granularity", "trajectory")
-
-
-def rollout_spec_from_config(config: Any, mode: str = "train", *, policy: str | None = None,
-                             registry: Any = None, **overrides: Any) -> RolloutSpec:
-    """The rollout of ``config``'s ``<mode>_env_manager``; ``overrides`` set RolloutSpec fields."""
+def rollout_spec(run: Any, mode: str = "train", *, policy: str | None = None, **overrides: Any) -> RolloutSpec:
+    """The rollout of the run's ``<mode>_env_manager``; ``overrides`` set RolloutSpec fields."""
     if mode not in SECTIONS:
         raise ConfigError(f"rollout mode must be one of {', '.join(SECTIONS)}, got {mode!r}")
+    config = run.config
     section, _ = SECTIONS[mode]
     manager = getattr(config, section)
     tags = list(manager.tags)
@@ -92,14 +71,15 @@ def rollout_spec_from_config(config: Any, mode: str = "train", *, policy: str | 
         group_size_redundancy=manager.group_size_redundancy,
         max_env_num_per_worker=manager.max_env_num_per_worker or manager.num_envs,
         group_tags=group_tags,
-        envs=env_specs_from_config(config, sorted(set(tags)), registry=registry),
+        envs=env_specs(run, sorted(set(tags))),
         sequence_length=sequence_length,
         sampling=sampling_from_config(config, mode),
         policy=policy,
         async_generation_ratio=float(config.async_generation_ratio) if mode == "train" else 0.0,
-        granularity=granularity_from_config(config, registry=registry),
+        granularity=run.granularity,
         render_save_dir=config.render_save_dir,
         format_penalty=manager.format_penalty,
+        plugins=dict(run.plugins),
     )
     values.update(overrides)
     return RolloutSpec(**values)

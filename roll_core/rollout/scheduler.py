@@ -2,7 +2,7 @@
 
 It starts the group queue and the env-manager actors, then serves batches::
 
-    scheduler = RolloutScheduler.from_config(config, "train", generate_scheduler=gen)
+    scheduler = RolloutScheduler.from_run(run, "train", generate_scheduler=gen)
     batch = scheduler.get_batch()          # blocks until rollout_batch_size trajectories in complete groups
     ...train...; gen.update_weights(...); scheduler.set_version(step + 1)
     scheduler.shutdown()
@@ -102,13 +102,14 @@ class RolloutScheduler:
         self.closed = False
 
     @classmethod
-    def from_config(cls, config: Any, mode: str = "train", *, tokenizer: Any = None, policy: str | None = None,
-                    generate_scheduler: Any = None, registry: Any = None, **overrides: Any) -> RolloutScheduler:
-        """The rollout of ``config``'s train or val env manager (ROLL field names)."""
-        from roll_core.rollout.from_config import batch_size_from_config, rollout_spec_from_config
+    def from_run(cls, run: Any, mode: str = "train", *, tokenizer: Any = None, policy: str | None = None,
+                 generate_scheduler: Any = None, **overrides: Any) -> RolloutScheduler:
+        """The rollout of the run's train or val env manager (ROLL field names)."""
+        from roll_core.rollout.from_config import batch_size_from_config, rollout_spec
         from roll_core.rollout.tokenizer import rollout_tokenizer
 
-        spec = rollout_spec_from_config(config, mode, policy=policy, registry=registry, **overrides)
+        config = run.config
+        spec = rollout_spec(run, mode, policy=policy, **overrides)
         if tokenizer is None:
             tokenizer = rollout_tokenizer(config, model_free=not policy_needs_model(spec.policy))
         section = getattr(config, f"{mode}_env_manager")

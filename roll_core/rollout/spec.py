@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from roll_core.config.run import EnvBinding
 from roll_core.errors import ConfigError
 from roll_core.strategies.base import SamplingParams
 
@@ -24,11 +25,10 @@ GRANULARITIES = ("trajectory", "step")
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """One env type as ``custom_envs[tag]`` describes it."""
+    """One env type as ``custom_envs[tag]`` describes it, bound to its registration and config."""
 
     tag: str
-    env_type: str  # registry name (or tag) of the env class
-    env_config: Mapping[str, Any] = field(default_factory=dict)
+    env: EnvBinding  # the registration and validated env_config (roll_core.config.resolve binds it)
     max_steps: int | None = None  # turns per episode (``custom_envs.<tag>.max_steps``)
     max_tokens_per_step: int | None = None  # caps max_new_tokens of every turn
     history_window: int | None = None  # step-wise rollouts: turns of history in each prompt (None: all)
@@ -60,7 +60,8 @@ class RolloutSpec:
     format_penalty: float = 0.0  # added to the reward of a turn without a valid action (env manager level)
     worker_max_restarts: int = 4  # Ray restarts of a crashed env-manager actor
     worker_num_cpus: float = 0.0  # Ray CPU reservation per env-manager actor (they mostly wait)
-    plugin_modules: tuple[str, ...] = ()  # extra plugin modules every worker loads
+    #: distribution -> version of the run's plugins; env-manager workers check theirs against it
+    plugins: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.mode not in MODES:

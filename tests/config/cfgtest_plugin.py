@@ -75,7 +75,7 @@ def roll_names_registry() -> Registry:
         ("advantage_estimator", "gigpo", {"granularity": "step"}),
         ("policy_loss", "ppo", {}),
         ("policy_loss", "tis", {}),
-        ("strategy", "hf_train", {"role": "train"}),
+        ("strategy", "hf_train", {"role": "train", "critic": "roll_core.strategies.critic:HFCriticStrategy"}),
         ("strategy", "hf_infer", {"role": "infer"}),
         ("strategy", "megatron_train", {"role": "train"}),
         ("strategy", "deepspeed_train", {"role": "train"}),

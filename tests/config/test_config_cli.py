@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from roll_core.cli import main, run_cmd
-from roll_core.config import ResolvedConfig
+from roll_core.config import Run
 from roll_core.plugins import reset_plugin_manager
 
 HERE = os.path.dirname(__file__)
@@ -126,7 +126,7 @@ def test_run_hands_the_resolved_config_to_the_pipeline(capsys, monkeypatch, cfgt
     code, _, err = run_main(capsys, "run", str(cfgtest_config), "max_steps=2", "--address", "ray://head:10001")
     assert code == 0, err
     (config, address), = cfgtest_plugin.LAUNCHES
-    assert isinstance(config, ResolvedConfig) and config.config.max_steps == 2
+    assert isinstance(config, Run) and config.config.max_steps == 2
     assert address == "ray://head:10001"
 
     cfgtest_plugin.LAUNCHES.clear()

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from roll_core.config import ConfigWarning, ResolvedConfig, load_config, resolve, validate_config
+from roll_core.config import ConfigWarning, Run, load_config, resolve, validate_config
 from roll_core.errors import ConfigError, PluginError, UnknownComponentError
 from roll_core.plugins import PluginManager
 
@@ -24,7 +24,7 @@ def agentic(**extra):
 def test_composed_roll_example_resolves(fixtures, roll_registry):
     resolved = resolve(load_config(fixtures / LAYOUT), registry=roll_registry)
     config = resolved.config
-    assert resolved.components == {
+    assert {k: (r.kind, r.name) for k, r in resolved.components.items()} == {
         "adv_estimator": ("advantage_estimator", "grpo"),
         "actor_train.pg_variant": ("policy_loss", "ppo"),
         "actor_train.strategy_args.strategy_name": ("strategy", "deepspeed_train"),
@@ -45,7 +45,7 @@ def test_composed_roll_example_resolves(fixtures, roll_registry):
 
 def test_docs_example_resolves_envs_by_tag_with_registration_defaults(fixtures, roll_registry):
     resolved = resolve(load_config(fixtures / "frozen_lake_async_with_env_managers.yaml"), registry=roll_registry)
-    assert resolved.components["val_env_manager.tags[1]"] == ("env", "larger_sokoban")
+    assert resolved.components["val_env_manager.tags[1]"].name == "larger_sokoban"
     assert resolved.env_configs["LargerSokoban"].dim_room == (10, 10)  # the tag's preset
     assert resolved.env_configs["LargerSokoban"].num_boxes == 2
     assert resolved.env_configs["SimpleSokoban"].dim_room == (5, 5)
@@ -138,7 +138,7 @@ def test_rlvr_resolution(fixtures, roll_registry):
         "is_num_return_sequences_expand=false", "sequence_length=6144", "+rewards.math_rule.tag_included=[math]"])
     with pytest.warns(ConfigWarning) as caught:
         resolved = resolve(config, registry=roll_registry)
-    assert resolved.components["rewards.math_rule"] == ("reward", "math_rule")
+    assert resolved.components["rewards.math_rule"].name == "math_rule"
     generating = resolved.config.actor_infer.generating_args
     assert generating.max_new_tokens == 6144 - 2048 and generating.num_return_sequences == 8
     assert resolved.config.is_num_return_sequences_expand is True  # async RLVR with groups needs it
@@ -159,9 +159,9 @@ def test_saved_yaml_reloads_to_the_same_config(fixtures, roll_registry, tmp_path
 def test_resolved_config_pickles_for_ray_workers(roll_registry):
     resolved = resolve(agentic(), registry=roll_registry)
     clone = pickle.loads(pickle.dumps(resolved))
-    assert isinstance(clone, ResolvedConfig) and clone.config == resolved.config
+    assert isinstance(clone, Run) and clone.config == resolved.config
     assert clone.env_configs == resolved.env_configs
-    assert clone.registration("adv_estimator", roll_registry).name == "grpo"
+    assert clone.registration("adv_estimator").name == "grpo"
 
 
 def test_components_from_a_plugin_module_resolve():
@@ -174,10 +174,18 @@ def test_components_from_a_plugin_module_resolve():
         "val_env_manager": {"tags": ["CfgtestGrid"], "num_env_groups": 1},
     })
     resolved = resolve(config, registry=registry)
-    assert resolved.components["train_env_manager.tags[0]"] == ("env", "cfgtest_grid")
+    assert resolved.components["train_env_manager.tags[0]"].name == "cfgtest_grid"
     assert resolved.env_configs["CfgtestGrid"].size == 4
 
 
 def test_missing_pretrain_is_reported(roll_registry):
     with pytest.raises(ConfigError, match="pretrain is not set"):
         resolve(validate_config({"sequence_length": 64}), registry=roll_registry)
+
+
+def test_a_critic_estimator_refuses_a_strategy_without_a_critic_model(roll_registry):
+    config = agentic(adv_estimator="gae", reward_pretrain="rm",
+                     critic={"strategy_args": {"strategy_name": "megatron_train"}})
+    with pytest.raises(ConfigError, match=r"critic.strategy_args.strategy_name is 'megatron_train', which provides "
+                                          r"no critic"):
+        resolve(config, registry=roll_registry)

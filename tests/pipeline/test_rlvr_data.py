@@ -12,7 +12,7 @@ from roll_core.config import load_config
 from roll_core.config.workers import DataArgs
 from roll_core.data import PromptSampler, load_prompts
 from roll_core.errors import ConfigError, RollError, UnknownComponentError
-from roll_core.pipeline.rlvr_rewards import RewardDispatcher
+from roll_core.rollout.rewards import RewardDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "rlvr" / "arithmetic.yaml"
@@ -115,7 +115,10 @@ def test_sampler_follows_domain_probs_and_resumes_identically(tokenizer, config,
 
 
 def test_rewards_dispatch_per_domain(config):
-    rewards = RewardDispatcher(config.rewards)
+    from roll_core.config import resolve
+
+    run = resolve(config)  # binds each domain's reward function
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
     assert rewards.score("arithmetic", "3+4=", " 7", "7") == (1.0, True)
     assert rewards.score("arithmetic", "3+4=", "x8y", "7") == (0.0, False)
     assert rewards.score("arithmetic", "3+4=", "<answer>7.0</answer>", "7") == (1.0, True)
@@ -127,11 +130,15 @@ def test_rewards_dispatch_per_domain(config):
         rewards.score("arithmetc", "3+4=", "7", "7")
 
 
-def test_length_penalty_and_unknown_reward_type():
+def test_length_penalty_and_unknown_reward_type(config):
+    from roll_core.config import resolve
     from roll_core.config.rlvr import RewardConfig
 
-    rewards = RewardDispatcher({"math": RewardConfig(reward_type="math_verify", response_length_penalty_coef=0.01)})
-    score, correct = rewards.score("math", "1+1=", "2", "2", response_tokens=10)
+    math = RewardConfig(reward_type="math_verify", response_length_penalty_coef=0.01, tag_included=["arithmetic"])
+    run = resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": math}}))
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
+    score, correct = rewards.score("arithmetic", "1+1=", "2", "2", response_tokens=10)
     assert correct and score == pytest.approx(0.9)
-    with pytest.raises(UnknownComponentError, match="rewards.math.reward_type"):
-        RewardDispatcher({"math": RewardConfig(reward_type="math_verfy")})
+    typo = math.model_copy(update={"reward_type": "math_verfy"})
+    with pytest.raises(UnknownComponentError, match="rewards.arithmetic.reward_type"):
+        resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": typo}}))

@@ -1,4 +1,4 @@
-"""Small envs for the rollout tests, registered as a plugin module (``plugin_modules`` / ROLL_PLUGINS).
+"""Small envs for the rollout tests, registered as a plugin module (``PluginManager(extra_modules=...)`` / ROLL_PLUGINS).
 
 * ``test_counting`` (tag ``Counting``): walk from 0 to a seeded target with ``Up`` / ``Down``;
   the observation names the seeded instance, so tests can see that a group shares its seed.

@@ -99,7 +99,8 @@ def play(codec, registry, versions, stale):
 
     spec = counting_spec()
     env_spec = spec.envs["Counting"]
-    env = make_env(env_spec.env_type, {**env_spec.env_config, "max_steps": len(versions)}, registry=registry)
+    binding = env_spec.env
+    env = make_env(binding.name, binding.config, registry=registry, max_steps=len(versions))
     policy = VersionedPolicy(codec, versions)
     episode = play_episode(EpisodeContext(spec=spec, codec=codec, executor=None), env, env_spec,
                            Ticket(0, 0, 7, 0), 0, policy, route_key="k", cancelled=lambda: False, stale=stale)

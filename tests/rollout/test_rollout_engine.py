@@ -9,8 +9,9 @@ from collections import defaultdict
 
 import pytest
 
+from roll_core.config import bind_env, resolve
 from roll_core.errors import ConfigError
-from roll_core.rollout import EnvSpec, RolloutScheduler, RolloutSpec, RolloutTimeout, rollout_spec_from_config
+from roll_core.rollout import EnvSpec, RolloutScheduler, RolloutSpec, RolloutTimeout, rollout_spec
 
 pytestmark = pytest.mark.ray
 
@@ -23,13 +24,17 @@ SEED_CONFIG = os.path.join(FIXTURES, "frozen_lake_async_with_env_managers.yaml")
 
 def spec_for(tags, *, groups=4, group_size=2, per_worker=4, mode="train", env_config=None, partition=None,
              **changes):
+    from roll_core.plugins import PluginManager
     from roll_core.rollout.spec import partition_groups
+
+    registry = PluginManager(extra_modules=[TEST_ENVS]).registry
 
     names = {"Counting": "test_counting", "Flaky": "test_flaky", "Slow": "test_slow", "Broken": "test_broken"}
     values = dict(mode=mode, seed=3, num_env_groups=groups, group_size=group_size, max_env_num_per_worker=per_worker,
                   group_tags=partition_groups(groups, tags, partition),
-                  envs={t: EnvSpec(t, names[t], env_config=dict((env_config or {}).get(t, {}))) for t in tags},
-                  sequence_length=2048, policy="random", plugin_modules=(TEST_ENVS,), step_timeout_s=5.0)
+                  envs={t: EnvSpec(t, bind_env(names[t], dict((env_config or {}).get(t, {})), registry=registry))
+                        for t in tags},
+                  sequence_length=2048, policy="random", step_timeout_s=5.0)
     values.update(changes)
     return RolloutSpec(**values)
 
@@ -56,7 +61,7 @@ def test_frozen_lake_128_groups_of_8_in_sync_mode(ray_session, tokenizer):
     config = load_config(SEED_CONFIG, ["train_env_manager.max_env_num_per_worker=256", "async_generation_ratio=0",
                                        "+custom_envs.FrozenLake.env_type=frozen_lake",
                                        "+custom_envs.FrozenLake.max_steps=8"])
-    spec = rollout_spec_from_config(config, "train", policy="random")
+    spec = rollout_spec(resolve(config, roles=()), "train", policy="random")
     assert (spec.num_env_groups, spec.group_size, spec.num_workers) == (128, 8, 4)
     with RolloutScheduler(spec, tokenizer, batch_size=1024) as scheduler:
         first = scheduler.get_batch(1024, timeout=240)
@@ -167,21 +172,19 @@ def test_scripted_policy_and_bad_requests(ray_session, tokenizer):
 
 @pytest.fixture(scope="module")
 def model_rollout(ray_session, test_registry):
-    import ray
 
     from roll_core.config import load_config
     from roll_core.rollout import RolloutScheduler
-    from roll_core.rollout.infer_worker import start_generate_scheduler, start_infer_workers
+    from roll_core.rollout.infer_worker import start_generation
 
-    config = load_config(MODEL_CONFIG)
-    workers = start_infer_workers(config, num_workers=1, num_cpus=1)
-    generate = start_generate_scheduler(workers, max_batch_size=config.max_running_requests)
-    scheduler = RolloutScheduler.from_config(config, "train", generate_scheduler=generate, registry=test_registry,
-                                             plugin_modules=(TEST_ENVS,))
-    yield config, scheduler, generate, workers
+    run = resolve(load_config(MODEL_CONFIG), registry=test_registry, roles=("actor_infer",))
+    config = run.config
+    generation = start_generation(run, num_workers=1, options={"num_cpus": 1},
+                                  max_batch_size=config.max_running_requests)
+    scheduler = RolloutScheduler.from_run(run, "train", generate_scheduler=generation.scheduler)
+    yield config, scheduler, generation.scheduler, generation.workers
     scheduler.shutdown()
-    for actor in [generate, *workers]:
-        ray.kill(actor)
+    generation.shutdown()
 
 
 def test_model_trajectories_carry_logprobs_and_versions(model_rollout, codec):
@@ -217,3 +220,28 @@ def test_weight_update_bumps_the_version_of_new_turns(model_rollout):
     batch = scheduler.get_batch(timeout=240)
     assert set(batch["policy_version_min"].tolist()) == {1}  # sync mode: the whole batch is on-policy
     assert ray.get(workers[0].policy_version.remote()) == 1
+
+
+def test_inference_workers_start_as_one_policy(ray_session, test_registry):
+    """Every inference worker of a run starts from the same weights (one seed for all, one start-up
+    path): with a locally built model, greedy outputs agree before the first weight sync."""
+    import ray
+
+    from roll_core.config import load_config
+    from roll_core.rollout.infer_worker import start_generation
+    from roll_core.strategies.base import GenerationRequest, SamplingParams
+
+    run = resolve(load_config(MODEL_CONFIG), registry=test_registry, roles=("actor_infer",))
+    generation = start_generation(run, num_workers=2, options={"num_cpus": 0})
+    try:
+        greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+        requests = [GenerationRequest(f"r{i}", prompt, greedy) for i, prompt in
+                    enumerate([[5, 17, 40, 99, 3], [250, 7, 7, 7], [1, 2, 3, 4, 5, 6, 7, 8]])]
+        outputs = ray.get([w.generate.remote(requests) for w in generation.workers])
+        tokens = [[o.token_ids for o in worker_outputs] for worker_outputs in outputs]
+        assert all(len(t) >= 1 for t in tokens[0])
+        assert tokens[0] == tokens[1]
+        logprobs = [[o.logprobs for o in worker_outputs] for worker_outputs in outputs]
+        assert logprobs[0] == logprobs[1]  # the same weights, not merely the same argmax
+    finally:
+        generation.shutdown()

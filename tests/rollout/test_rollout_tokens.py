@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from roll_core.rollout.protocol import Ticket
 from roll_core.rollout.spec import EnvSpec, RolloutSpec
 from roll_core.rollout.trajectory import IncrementalPrompt, WindowedPrompt, state_hash
 from roll_core.strategies.base import GenerationOutput
+
+TEST_ENVS = "roll_rollout_testenvs"  # tests/rollout/roll_rollout_testenvs.py
 
 
 def template_ids(tokenizer, messages, *, add_generation_prompt):
@@ -116,20 +119,29 @@ class FixedPolicy(TurnPolicy):
         return GenerationOutput(request.request_id, ids, [-0.5] * len(ids), "stop", policy_version=3)
 
 
+@functools.cache
+def counting_env(**env_config):
+    """The test env ``test_counting`` bound with ``env_config`` (as resolve binds a run's envs)."""
+    from roll_core.config import bind_env
+    from roll_core.plugins import PluginManager
+
+    return bind_env("test_counting", env_config, registry=PluginManager(extra_modules=[TEST_ENVS]).registry)
+
+
 def counting_spec(**changes):
     values = dict(mode="train", seed=5, num_env_groups=1, group_size=1, max_env_num_per_worker=1,
-                  group_tags=("Counting",), envs={"Counting": EnvSpec("Counting", "test_counting",
-                                                                      env_config={"max_target": 4})},
+                  group_tags=("Counting",), envs={"Counting": EnvSpec("Counting", counting_env(max_target=4))},
                   sequence_length=4096, policy="random", step_timeout_s=None)
     values.update(changes)
     return RolloutSpec(**values)
 
 
 def run_episode(codec, registry, spec, policy, seed=11, env_config=None):
-    from roll_core.envs import make_env
+    from roll_core.config import bind_env
 
     env_spec = spec.envs["Counting"]
-    env = make_env(env_spec.env_type, {**env_spec.env_config, **(env_config or {})}, registry=registry)
+    env = bind_env("test_counting", {**env_spec.env.config.model_dump(), **(env_config or {})},
+                   registry=registry).make()
     ctx = EpisodeContext(spec=spec, codec=codec, executor=None)
     policy.start_episode(seed)
     return asyncio.run(play_episode(ctx, env, env_spec, Ticket(0, 0, seed, 0), 0, policy, route_key="k",
@@ -170,8 +182,7 @@ def test_the_model_is_conditioned_on_exactly_the_row_it_trains_on(codec, test_re
     """Each request's prompt is the row's tokens before that response: what is sampled is what trains
     (a prompt seen twice at generation, or missing, would make every log-prob off-policy)."""
     spec = counting_spec(granularity=granularity,
-                         envs={"Counting": EnvSpec("Counting", "test_counting", env_config={"max_target": 4},
-                                                   history_window=window)})
+                         envs={"Counting": EnvSpec("Counting", counting_env(max_target=4), history_window=window)})
     policy = RecordingPolicy(codec)
     traj = run_episode(codec, test_registry, spec, policy, env_config={"max_target": 20, "max_steps": 5})
     assert len(policy.prompts) == len(traj.turns) >= 2
@@ -193,7 +204,7 @@ def test_sequence_length_ends_the_episode_cleanly(codec, test_registry):
 
 
 def test_max_tokens_per_step_caps_every_response(codec, test_registry):
-    spec = counting_spec(envs={"Counting": EnvSpec("Counting", "test_counting", max_tokens_per_step=2)})
+    spec = counting_spec(envs={"Counting": EnvSpec("Counting", counting_env(), max_tokens_per_step=2)})
     traj = run_episode(codec, test_registry, spec, make_turn_policy("random", codec))
     assert all(len(t.response_ids) == 2 and t.finish_reason == "length" for t in traj.turns)
     assert traj.metrics["action_is_valid"] == 0.0  # a cut-off answer is not an action
@@ -233,7 +244,7 @@ def test_trajectory_and_step_batches(codec, test_registry):
 
 def test_windowed_episode_gives_step_rows_only(codec, test_registry):
     spec = counting_spec(granularity="step",
-                         envs={"Counting": EnvSpec("Counting", "test_counting", history_window=1)})
+                         envs={"Counting": EnvSpec("Counting", counting_env(), history_window=1)})
     traj = run_episode(codec, test_registry, spec, FixedPolicy(codec))
     assert not traj.incremental
     with pytest.raises(ValueError, match="history window"):

@@ -1,7 +1,8 @@
 """Per-domain reward dispatch of the RLVR pipeline: each data domain is scored by its registered function.
 
 ``rewards.<domain>.reward_type`` (default: the domain key) names a reward registered through the
-``roll_register_rewards`` hook; the function is loaded from this process's registry. A domain's
+``roll_register_rewards`` hook; :func:`roll_core.config.resolve` binds it, and the dispatcher loads
+the bound registration (no name is looked up here). A domain's
 ``format_pattern`` is passed to its function as ``pattern`` (the ``regex`` reward's pattern), and
 ``response_length_penalty_coef`` subtracts ``coef * response tokens`` from the score.
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.errors import RollError, did_you_mean
+from roll_core.registry import Registration
 
 
 @dataclass(frozen=True)
@@ -29,16 +31,12 @@ class DomainReward:
 class RewardDispatcher:
     """``score(domain, prompt, response, reference, response_tokens) -> (reward, correct)``."""
 
-    def __init__(self, rewards: Mapping[str, Any], registry: Any = None):
-        if registry is None:
-            from roll_core.plugins import get_registry
-
-            registry = get_registry()
+    def __init__(self, rewards: Mapping[str, Any], bound: Mapping[str, Registration]):
+        """``rewards``: the config's reward settings per domain; ``bound``: the run's registrations
+        (:attr:`roll_core.config.run.Run.rewards`)."""
         self.domains: dict[str, DomainReward] = {}
         for domain, cfg in rewards.items():
-            name = cfg.reward_type or domain
-            key = f"rewards.{domain}.reward_type" if cfg.reward_type else f"rewards.{domain}"
-            reg = registry.get("reward", name, config_key=key)
+            reg = bound[domain]
             options = {"pattern": cfg.format_pattern} if cfg.format_pattern else {}
             self.domains[domain] = DomainReward(reg.name, reg.load(), options,
                                                 float(cfg.response_length_penalty_coef or 0.0))

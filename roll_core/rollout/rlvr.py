@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roll_core.data import PromptRow, PromptSampler
+from roll_core.rollout.contract import StepBatch
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 
-logger = logging.getLogger("roll.pipeline")
+logger = logging.getLogger("roll.rollout")
 
 
 @dataclass
@@ -103,11 +104,17 @@ def request_seed(seed: int, key: str) -> int:
 
 
 class RLVRRollout:
-    """Generates and scores batches; the interface the pipeline's weight sync and checkpoints use
-    (``pause``, ``resume``, ``set_version``, ``state_dict``, ``load_state_dict``, ``shutdown``)."""
+    """Generates and scores batches: a :class:`~roll_core.rollout.contract.TrainingRollout`.
+
+    ``pad_id`` pads the rows of :meth:`next_batch`; with ``max_len_mask`` responses cut by the
+    length limit are left out of the loss (they teach nothing about the answer).
+    """
 
     def __init__(self, *, scheduler: Any, tokenizer: Any, rewards: Any, sampling: SamplingParams, group_size: int,
-                 seed: int, sampler: PromptSampler | None = None, batch_size: int = 0, async_ratio: int = 0):
+                 seed: int, sampler: PromptSampler | None = None, batch_size: int = 0, async_ratio: int = 0,
+                 pad_id: int = 0, max_len_mask: bool = False):
+        self.pad_id = int(pad_id)
+        self.max_len_mask = bool(max_len_mask)
         self.scheduler = scheduler
         self.tokenizer = tokenizer
         self.rewards = rewards
@@ -161,8 +168,20 @@ class RLVRRollout:
         return samples
 
     # -- the training stream ----------------------------------------------------------------------
-    def get_batch(self, step: int) -> tuple[Samples, dict[str, float]]:
-        """The batch step ``step`` trains on (the policy is then version ``step - 1``), and its metrics."""
+    def next_batch(self, step: int) -> StepBatch:
+        """The batch step ``step`` trains on (the policy is then version ``step - 1``), as padded rows."""
+        samples, metrics = self.scored_batch(step)
+        metrics.update(summary(samples, "train"))
+        metrics["train/samples"] = float(len(samples))
+        data = samples.to_batch(self.pad_id)
+        if self.max_len_mask:
+            mask = data["response_mask"][:, 1:].clone()
+            mask[data["truncated"]] = 0
+            data["loss_mask"] = mask
+        return StepBatch(data=data, metrics=metrics, items=samples)
+
+    def scored_batch(self, step: int) -> tuple[Samples, dict[str, float]]:
+        """The samples of step ``step`` (stale ones dropped) and the staleness metrics."""
         started = time.perf_counter()
         if self.async_ratio <= 0:
             samples = self._next_batch(step)

@@ -1,0 +1,186 @@
+"""The resolved run: one frozen object that every part of a run receives instead of a name.
+
+:func:`roll_core.config.resolve` builds a :class:`Run` once, in the driver: the validated config
+with its derived values filled in, every component the run uses bound to its registration
+(advantage estimator, policy loss, a strategy per role, an env per tag, a reward per RLVR domain),
+each env config validated once, and the plugin distributions (with versions) those components come
+from. The pipeline, the rollouts, the Ray workers, ``roll rollout`` and ``roll env play`` take the
+``Run`` (or one bound component of it) and never look a name up again.
+
+Everything here pickles: a worker process receives the ``Run`` and imports a component's target
+when it needs it (:meth:`Registration.load`). The only thing a worker checks against its own
+installation is :meth:`Run.check_plugins`: the versions of the distributions the run uses must be
+the driver's, or the worker would silently train with other code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from roll_core.errors import PluginError
+from roll_core.registry import Registration
+
+#: the roles a run can build, in start-up order
+ROLES: tuple[str, ...] = ("actor_train", "critic", "reference", "actor_infer")
+#: the config section a component's registration is named in, for messages
+COMPONENT_PATHS: dict[str, str] = {
+    "estimator": "adv_estimator",
+    "policy_loss": "actor_train.pg_variant",
+}
+
+
+@dataclass(frozen=True)
+class EnvBinding:
+    """One env as a run uses it: its registration and its validated ``env_config``."""
+
+    registration: Registration
+    config: BaseModel
+
+    @property
+    def name(self) -> str:
+        return self.registration.name
+
+    def env_class(self) -> type:
+        return env_class(self.registration)
+
+    def make(self) -> Any:
+        """A new env instance (its config is already validated)."""
+        return self.env_class()(self.config)
+
+
+@dataclass(frozen=True)
+class Run:
+    """See the module docstring. Build it with :func:`roll_core.config.resolve`."""
+
+    config: Any  # PipelineConfig (AgenticConfig | RLVRConfig), derived values filled in
+    estimator: Registration
+    policy_loss: Registration
+    #: role -> strategy registration, for exactly the roles this run builds
+    strategies: Mapping[str, Registration] = field(default_factory=dict)
+    #: env tag -> bound env (agentic runs)
+    envs: Mapping[str, EnvBinding] = field(default_factory=dict)
+    #: reward domain -> reward registration (RLVR runs)
+    rewards: Mapping[str, Registration] = field(default_factory=dict)
+    #: distribution -> version of every plugin distribution a bound component comes from
+    plugins: Mapping[str, str] = field(default_factory=dict)
+    #: YAML path that selects a component -> its registration (for messages and ``roll config show``)
+    components: Mapping[str, Registration] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    # -- what the run does ----------------------------------------------------------------------
+    @property
+    def pipeline_type(self) -> str:
+        return self.config.pipeline_type
+
+    @property
+    def needs_critic(self) -> bool:
+        """Whether the estimator trains a critic (its registration's ``needs_critic`` option)."""
+        return bool(self.estimator.options.get("needs_critic"))
+
+    @property
+    def granularity(self) -> str:
+        """``trajectory`` or ``step``: the rows the estimator wants (its ``granularity`` option)."""
+        return str(self.estimator.options.get("granularity", "trajectory"))
+
+    @property
+    def uses_reference(self) -> bool:
+        return "reference" in self.strategies
+
+    @property
+    def train_roles(self) -> list[str]:
+        """The roles hosted by train strategies, in start-up order."""
+        return [role for role in ROLES if role != "actor_infer" and role in self.strategies]
+
+    @property
+    def env_configs(self) -> dict[str, BaseModel]:
+        """env tag -> validated env config."""
+        return {tag: binding.config for tag, binding in self.envs.items()}
+
+    def registration(self, path: str) -> Registration:
+        """The registration selected at YAML ``path`` (e.g. ``"adv_estimator"``)."""
+        return self.components[path]
+
+    def strategy(self, role: str) -> Registration:
+        """The strategy registration of ``role``; a clear error for a role this run does not build."""
+        try:
+            return self.strategies[role]
+        except KeyError:
+            raise PluginError(f"This run builds no {role!r} worker (it builds {', '.join(self.strategies)}); "
+                              "this is a bug in the caller.") from None
+
+    def replace_config(self, config: Any) -> Run:
+        """The same bound components with another config (e.g. the warm-started model's path)."""
+        from dataclasses import replace
+
+        return replace(self, config=config)
+
+    # -- plugins --------------------------------------------------------------------------------
+    def plugin_summary(self) -> str:
+        """``roll-core 0.1.0, roll-env-frozenlake 0.1.0`` -- the run header's plugin line."""
+        return ", ".join(f"{dist} {version}" for dist, version in sorted(self.plugins.items())) or "none"
+
+    def check_plugins(self, where: str) -> None:
+        """Raise when this process's plugin distributions differ from the driver's (see
+        :func:`check_plugin_versions`); every worker process calls it at start-up."""
+        check_plugin_versions(self.plugins, where)
+
+    # -- saving ---------------------------------------------------------------------------------
+    def to_yaml(self) -> str:
+        """The resolved config as YAML, headed by a comment naming the plugins used."""
+        from roll_core.config.resolve import dump_config
+
+        header = f"# resolved by roll; plugins: {self.plugin_summary()}\n"
+        return header + dump_config(self.config)
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_yaml` (what ``roll run`` saves with a run); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_yaml())
+        return path
+
+
+def check_plugin_versions(plugins: Mapping[str, str], where: str) -> None:
+    """Raise when the installed versions of ``plugins`` (distribution -> version) differ here.
+
+    A worker on another node, or a venv changed since the driver started, would otherwise run
+    other code than the config was resolved against. ``where`` names the process in the message.
+    """
+    mismatches = []
+    for dist, wanted in plugins.items():
+        have = installed_version(dist)
+        if have != wanted:
+            mismatches.append(f"{dist} {have or 'not installed'} (the driver has {wanted})")
+    if mismatches:
+        raise PluginError(
+            f"The {where} process runs with other plugin versions than the driver: {'; '.join(mismatches)}. "
+            "Install the same versions on every node of the Ray cluster (or restart the run after an "
+            "upgrade) so that all workers run the code the config was resolved against."
+        )
+
+
+def env_class(reg: Registration) -> type:
+    """The class ``reg`` names, checked against the env contract (imports the plugin's module)."""
+    from roll_core.envs.base import TextEnv
+
+    cls = reg.load()
+    if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
+        raise PluginError(
+            f"The env {reg.name!r} from plugin {reg.plugin!r} points at {reg.target!r}, which is not a "
+            "subclass of roll_core.envs.TextEnv. This is a bug in that plugin."
+        )
+    return cls
+
+
+def installed_version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

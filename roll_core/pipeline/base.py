@@ -1,0 +1,431 @@
+"""The training loop both pipelines share (docs/architecture.md, "Data flow of one step").
+
+One step::
+
+    batch = rollout.next_batch(step)                 agentic: env trajectories; RLVR: scored prompts
+    ref log-probs (reference, only with a KL term)
+    old log-probs (actor_train, when more than one optimiser step or a KL term needs them)
+    values (critic, only for estimators registered with needs_critic)
+    rewards -> advantages (the run's bound estimator, via algorithms.compute_advantages)
+    critic update, actor update (ppo_epochs x mini-batches, the run's bound policy loss)
+    weight sync actor_train -> inference workers (version += 1, generation paused meanwhile)
+    metrics -> validation every eval_steps -> checkpoint every save_steps
+
+:class:`TrainingLoop` holds all of that, plus the warm start's place, resume and Ctrl-C handling;
+the agentic and RLVR pipelines are siblings that say where batches and validation come from
+(:meth:`start_rollouts`, :meth:`validate`, :meth:`has_validation`, :meth:`warm_start`,
+:meth:`title`). The rollout behind ``self.train_rollout`` honours
+:class:`roll_core.rollout.contract.TrainingRollout`.
+
+Everything is built from the resolved :class:`~roll_core.config.run.Run`: workers receive it, the
+estimator and loss are its bound components; no name is looked up again.
+
+Determinism (what makes ``resume_from_checkpoint`` continue exactly on CPU): rows are put in a
+canonical order before anything reads them, every shuffle is seeded by the step, the rollout's
+counters and the KL controller are part of the checkpoint, and the strategies restore their
+optimiser and RNG state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from roll_core.errors import ConfigError
+from roll_core.pipeline import checkpoint as ckpt
+from roll_core.pipeline.placement import actor_options, cluster_gpus, gpu_shares
+from roll_core.pipeline.tracking import MetricsTracker
+from roll_core.pipeline.workers import TrainWorker
+
+logger = logging.getLogger("roll.pipeline")
+
+#: the learning-curve file written under logging_dir
+CURVE_FILE = "learning_curve.png"
+#: the resolved config saved with the run, under logging_dir
+CONFIG_FILE = "config.yaml"
+
+
+class Timer:
+    """Wall time per phase of one step, in insertion order (the progress line prints them)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+
+
+class TrainingLoop:
+    """See the module docstring. Subclasses set :attr:`NAME` and :attr:`NON_TRAIN_KEYS`."""
+
+    #: pipeline name in messages
+    NAME = "training"
+    #: per-row batch entries the train workers never read (kept out of what is shipped to them)
+    NON_TRAIN_KEYS: tuple[str, ...] = ()
+
+    def __init__(self, run: Any, *, stream=None):
+        from roll_core.algorithms import kl_controller_from_config
+
+        self.resolved = run
+        self.config = config = run.config
+        self.estimator = run.estimator.load()
+        self.needs_critic = run.needs_critic
+        self.use_reference = run.uses_reference
+        self.max_steps = int(config.max_steps)
+        if self.max_steps < 0:
+            raise ConfigError(f"max_steps: -1 (no limit) is not supported by the {self.NAME} pipeline; set a number.")
+        self.step = 0
+        self.kl_ctrl = kl_controller_from_config(config)
+        self.stream = stream
+        self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream)
+        self.workers: dict[str, Any] = {}
+        self.generation: Any = None
+        self.train_rollout: Any = None
+        self.warmup_dir: str | None = None  # the warm-started model the train workers start from
+        self.last_batch: Any = None
+        self._stop_requested = False
+
+    # -- what a pipeline provides ------------------------------------------------------------------
+    def title(self) -> str:
+        """The learning curve's title."""
+        raise NotImplementedError
+
+    def start_rollouts(self) -> None:
+        """The inference workers and ``self.train_rollout`` (and whatever validation needs)."""
+        raise NotImplementedError
+
+    def has_validation(self) -> bool:
+        """Whether this run validates (at step 0 and every ``eval_steps``)."""
+        raise NotImplementedError
+
+    def validate(self, step: int, prefix: str = "val") -> dict[str, float]:
+        """The validation metrics; ``{prefix}/success`` is what the learning curve draws."""
+        raise NotImplementedError
+
+    def warm_start(self) -> tuple[str, dict[str, float]]:
+        """The ``warmup_sft`` phase; returns the saved model directory and its metrics."""
+        raise NotImplementedError
+
+    def rollouts(self) -> list[Any]:
+        """Every rollout generation must pause for (weight sync)."""
+        return [self.train_rollout] if self.train_rollout is not None else []
+
+    # -- setup ---------------------------------------------------------------------------------
+    def num_optimizer_steps(self) -> int:
+        """Optimiser steps of the whole run, for LR schedules."""
+        c = self.config
+        explicit = c.actor_train.training_args.max_steps
+        if explicit and explicit > 0:
+            return int(explicit)
+        targs = c.actor_train.training_args
+        mini = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        per_step = c.ppo_epochs * max(1, math.ceil(c.rollout_batch_size / mini))
+        return self.max_steps * per_step
+
+    def warmup_steps(self) -> int:
+        warmup = self.config.warmup_sft
+        return int(warmup.steps) if warmup is not None and warmup.steps > 0 else 0
+
+    def start_generation(self) -> Any:
+        """The run's inference workers (``actor_infer``) behind one generate scheduler."""
+        from roll_core.rollout.infer_worker import num_infer_workers, start_generation
+
+        share = self.gpu_shares()["actor_infer"]
+        return start_generation(self.resolved, num_workers=num_infer_workers(self.config, on_gpus=share > 0),
+                                options=actor_options(self.config, "actor_infer", share))
+
+    def start_train_workers(self) -> None:
+        """actor_train, and the critic and reference when the run needs them."""
+        import ray
+
+        c = self.config
+        shares = self.gpu_shares()
+        remote = ray.remote(TrainWorker)
+        threads = c.system_envs.get("OMP_NUM_THREADS")
+        for role in self.resolved.train_roles:
+            self.workers[role] = remote.options(**actor_options(c, role, shares[role])).remote(
+                self.resolved, role, num_training_steps=self.num_optimizer_steps(),
+                num_threads=int(threads) if threads else None,
+            )
+        ray.get([w.ready.remote() for w in self.workers.values()])
+
+    def gpu_shares(self) -> dict[str, float]:
+        return gpu_shares(self.config, [*self.resolved.train_roles, "actor_infer"], gpus_available=cluster_gpus())
+
+    def use_model(self, path: str) -> None:
+        """Train from ``path`` from now on (the warm-started model): the config workers receive changes."""
+        from roll_core.pipeline.warmup import with_model
+
+        self.config = with_model(self.config, path)
+        self.resolved = self.resolved.replace_config(self.config)
+
+    def shutdown(self) -> None:
+        import ray
+
+        for rollout in self.rollouts_to_close():
+            rollout.shutdown()
+        if self.generation is not None:
+            self.generation.shutdown()
+        for worker in self.workers.values():
+            ray.kill(worker, no_restart=True)
+        self.workers.clear()
+        self.tracker.close()
+
+    def rollouts_to_close(self) -> list[Any]:
+        return self.rollouts()
+
+    # -- the run -------------------------------------------------------------------------------
+    def run_header(self) -> str:
+        c = self.config
+        return (f"roll: {self.NAME} run {c.exp_name!r}: {c.adv_estimator} + {c.actor_train.pg_variant}, "
+                f"{self.max_steps} steps | plugins: {self.resolved.plugin_summary()}")
+
+    def run(self) -> int:
+        """Train ``max_steps`` steps (continuing a checkpoint when asked); returns an exit code."""
+        c = self.config
+        os.makedirs(c.logging_dir, exist_ok=True)
+        self.resolved.save(os.path.join(c.logging_dir, CONFIG_FILE))
+        self.tracker.print(self.run_header())
+        resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
+        self.start_rollouts()
+        with self._interrupt_guard():
+            if resume:
+                self.load(resume)
+                self.tracker.print(f"resumed from {resume} at step {self.step}")
+            else:
+                self.prepare()
+            while self.step < self.max_steps and not self._stop_requested:
+                self.train_step()
+            if self._stop_requested:
+                self.tracker.print(f"stopped after step {self.step}; checkpoint saved")
+        self.finish()
+        return 130 if self._stop_requested else 0
+
+    def prepare(self) -> None:
+        """Before step 1: the untrained model's validation, the optional warm start, step-0 validation."""
+        if self.warmup_steps():
+            if self.has_validation():
+                metrics = self.validate(step=0, prefix="val_untrained")
+                self.tracker.log(0, metrics)
+                self.tracker.print(f"untrained model: val success {metrics['val_untrained/success']:.3f}")
+            self.warmup_dir, metrics = self.warm_start()
+            self.use_model(self.warmup_dir)
+            self.tracker.log(0, metrics)
+            solver = int(metrics["sft/solver_steps"])
+            mixed = 0 < solver < self.warmup_steps()
+            self.tracker.print(
+                f"warm start: {self.warmup_steps()} supervised steps on {self.config.warmup_sft.policy}-policy "
+                f"demonstrations{f' ({solver} of them played by the solver)' if mixed else ''} in "
+                f"{metrics['time/warmup_sft']:.1f}s (response nll {metrics['sft/nll']:.3f})")
+        self.start_train_workers()
+        if self.warmup_dir:
+            self.sync_weights(version=0)
+        if self.has_validation():
+            metrics = self.validate(step=0)
+            self.tracker.log(0, metrics)
+            self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
+            self.plot()
+
+    def train_step(self) -> dict[str, float]:
+        """One pipeline step (see the module docstring); returns its metrics."""
+        c = self.config
+        step = self.step + 1
+        timer = Timer()
+        started = time.perf_counter()
+        with timer("rollout"):
+            data, metrics = self.collect(step)
+        generated_before = self.generation.activity()  # generation from here to the sync overlaps training
+        metrics.update(self.optimize(data, step, timer))
+        generated_after = self.generation.activity()
+        metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
+        metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
+        with timer("sync"):
+            self.sync_weights(version=step)
+        self.step = step
+
+        if self.has_validation() and (step % c.eval_steps == 0 or step == self.max_steps):
+            with timer("val"):
+                metrics.update(self.validate(step=step))
+        timings = {**timer.phases, "step": time.perf_counter() - started}
+        metrics.update({f"time/{k}": v for k, v in timings.items()})
+        if step % c.logging_steps == 0 or step == self.max_steps:
+            self.tracker.log(step, metrics)
+            self.tracker.print(self.tracker.progress_line(step, self.max_steps, metrics, timings))
+        else:
+            self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
+        if "val/success" in metrics:  # the run's end is drawn by finish()
+            self.plot()
+        if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
+            self.save()
+        return metrics
+
+    def collect(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """The step's training rows and its rollout metrics, from the rollout's contract."""
+        batch = self.train_rollout.next_batch(step)
+        self.last_batch = batch.items  # kept for inspection (tests, debugging); replaced every step
+        return batch.data, batch.metrics
+
+    def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
+        """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
+        import ray
+
+        c = self.config
+        metrics: dict[str, float] = {}
+        actor = self.workers["actor_train"]
+        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
+        if self.use_reference:
+            with timer("ref_logp"):
+                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
+        if self.recompute_old_log_probs(len(data["input_ids"])):
+            with timer("old_logp"):
+                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
+        if self.needs_critic:
+            with timer("values"):
+                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
+        with timer("advantages"):
+            metrics.update(self.compute_advantages(data))
+        train_ref = ray.put({k: v for k, v in data.items() if k not in self.NON_TRAIN_KEYS})
+        if self.needs_critic:
+            with timer("critic"):
+                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
+        if step > c.critic_warmup or not self.needs_critic:
+            with timer("actor"):
+                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
+        return metrics
+
+    def recompute_old_log_probs(self, rows: int) -> bool:
+        """Old log-probs from actor_train are needed unless the step is a single optimiser step
+        with no KL term: then the first forward's detached log-probs are pi_old (docs/algorithms.md §6.1)."""
+        c = self.config
+        if c.force_disable_old_logprobs_recompute:
+            return False
+        targs = c.actor_train.training_args
+        mini = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        several_steps = c.ppo_epochs > 1 or rows > mini
+        correction = c.train_infer_correction
+        wants_correction = correction.is_weight.enabled or any(f.enabled for f in correction.filters)
+        return bool(c.enable_old_logprobs_recompute or several_steps or self.use_reference or wants_correction)
+
+    def compute_advantages(self, data: dict[str, Any]) -> dict[str, float]:
+        """Rewards -> advantages (the run's estimator), then the optional train-inference correction."""
+        from roll_core.algorithms import apply_train_infer_correction, compute_advantages
+
+        outputs, metrics = compute_advantages(data, self.config, pipeline=self.NAME, kl_ctrl=self.kl_ctrl,
+                                              estimator=self.estimator)
+        data.update(outputs)
+        if "old_log_probs" in data:
+            updates, correction_metrics = apply_train_infer_correction(data, self.config)
+            data.update(updates)
+            metrics.update(correction_metrics)
+        return metrics
+
+    # -- weights, checkpoints --------------------------------------------------------------------
+    @contextmanager
+    def paused(self, rollouts: list[Any] | None = None):
+        """Generation of ``rollouts`` (default: all) held for the duration."""
+        rollouts = self.rollouts() if rollouts is None else rollouts
+        for rollout in rollouts:
+            rollout.pause()
+        try:
+            yield
+        finally:
+            for rollout in rollouts:
+                rollout.resume()
+
+    def sync_weights(self, version: int | None = None) -> None:
+        """actor_train -> inference workers; generation is paused meanwhile."""
+        import ray
+
+        version = self.step if version is None else version
+        with self.paused():
+            weights = ray.get(self.workers["actor_train"].export_weights.remote())
+            self.generation.update_weights(weights, version)
+            for rollout in self.rollouts():
+                rollout.set_version(version)
+
+    def plot(self) -> str | None:
+        return self.tracker.plot(os.path.join(self.config.logging_dir, CURVE_FILE))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "rollout": self.train_rollout.state_dict(),
+            "tracker": self.tracker.state_dict(),
+            "warmup_dir": self.warmup_dir,
+            "exp_name": self.config.exp_name,
+        }
+
+    def save(self) -> str:
+        """``output_dir/checkpoint-{step}``: actor (HF format + trainer state), critic, pipeline state."""
+        import ray
+
+        c = self.config
+        tmp = ckpt.begin(c.output_dir, self.step)
+        calls = [self.workers["actor_train"].save_checkpoint.remote(tmp)]
+        if self.needs_critic:
+            calls.append(self.workers["critic"].save_checkpoint.remote(os.path.join(tmp, "critic")))
+        ray.get(calls)
+        path = ckpt.commit(tmp, self.state_dict(), keep_last=c.max_ckpt_to_keep or None)
+        logger.info("saved %s", path)
+        return path
+
+    def load(self, path: str) -> None:
+        """Start the train workers from ``path``'s run and restore everything it saved."""
+        import ray
+
+        state = ckpt.load_state(path)
+        self.warmup_dir = state.get("warmup_dir")
+        if self.warmup_dir:  # the reference model (if any) is the warm-started one
+            self.use_model(self.warmup_dir)
+        self.start_train_workers()
+        calls = [self.workers["actor_train"].load_checkpoint.remote(path)]
+        if self.needs_critic:
+            calls.append(self.workers["critic"].load_checkpoint.remote(os.path.join(path, "critic")))
+        ray.get(calls)
+        self.step = int(state["step"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.train_rollout.load_state_dict(state["rollout"])
+        self.tracker.load_state_dict(state.get("tracker", {}))
+        self.sync_weights(version=self.step)
+
+    def finish(self) -> None:
+        path = self.plot()
+        if path:
+            self.tracker.print(f"learning curve: {path}")
+
+    # -- interruption ----------------------------------------------------------------------------
+    @contextmanager
+    def _interrupt_guard(self):
+        """Ctrl-C finishes the running step, saves a checkpoint and stops; a second Ctrl-C aborts."""
+        previous: Callable | int | None = None
+
+        def handler(signum, frame):
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            self.tracker.print("interrupt: finishing the current step, then saving a checkpoint "
+                               "(Ctrl-C again to abort without saving)")
+
+        try:
+            previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: no signal handling
+            previous = None
+        try:
+            yield
+            if self._stop_requested and self.step > 0:
+                self.save()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
