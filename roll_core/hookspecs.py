@@ -25,9 +25,16 @@ Every ``register`` callback has the same signature::
     pip requirement strings the component needs at import time; when the import fails, roll's
     error tells the user to ``pip install`` exactly these.
 ``options``
-    Kind-specific metadata, documented on each hook below.
+    Kind-specific metadata, documented on each hook below. They are checked when registered
+    (``roll_core.registry.KIND_OPTIONS``): an unknown, missing or malformed option fails the plugin
+    with a message naming it, so a misspelt option never silently does nothing.
 
-Core's own components are registered through these very hooks (see ``roll_core.builtin``), so a
+A plugin fails alone, listed by ``roll plugins list`` with its error, when importing it raises
+anything (``SystemExit`` included), when it marks a function ``@hookimpl`` that is not a hook
+below (a misspelt hook name), or when a registration is malformed. Two plugins registering one
+name of one kind both stay installed; selecting that name is an error naming both.
+
+Mark implementations with ``from roll_core import hookimpl``. Core's own components are registered through these very hooks (see ``roll_core.builtin``), so a
 third-party plugin is a first-class citizen: it can do anything the built-ins do.
 """
 

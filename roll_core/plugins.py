@@ -38,7 +38,8 @@ from typing import Any
 import pluggy
 
 from roll_core import hookspecs
-from roll_core.registry import KINDS, Registration, Registry
+from roll_core.errors import PluginError, did_you_mean
+from roll_core.registry import KINDS, Registration, Registry, check_options
 
 ENTRY_POINT_GROUP = "roll"
 
@@ -120,15 +121,13 @@ class PluginManager:
 
     def _load(self, *, name: str, module_name: str, builtin: bool = False,
               distribution: str | None = None, version: str | None = None, entry_point=None) -> None:
+        if name in self.plugins:
+            # another distribution's entry point has this name: load both, under distinct names, so
+            # neither silently replaces the other (sys.path order would decide); components both
+            # register are refused when selected (Registry: "registered by 2 plugins")
+            name = f"{name} ({distribution or module_name})"
         info = PluginInfo(name=name, module=module_name, distribution=distribution, version=version,
                           builtin=builtin)
-        if name in self.plugins:
-            other = self.plugins[name]
-            info.status, info.error = "failed", (
-                f"plugin name {name!r} is already used by {other.distribution or other.module}"
-            )
-            self.plugins[f"{name} ({distribution or module_name})"] = info
-            return
         self.plugins[name] = info
         if name in self.disabled and not builtin:
             info.status = "disabled"
@@ -137,8 +136,9 @@ class PluginManager:
             module = entry_point.load() if entry_point is not None else importlib.import_module(module_name)
             if not isinstance(module, ModuleType):
                 raise TypeError(f"entry point {module_name!r} must name a module, got {type(module).__name__}")
+            check_hook_names(module)
             self.pm.register(module, name=name)
-        except Exception as exc:  # a broken plugin must not break roll
+        except (Exception, SystemExit) as exc:  # a broken plugin must not break roll, not even sys.exit()
             info.status, info.error = "failed", f"{type(exc).__name__}: {exc}"
             info.traceback = traceback.format_exc()
 
@@ -158,6 +158,7 @@ class PluginManager:
                     info.status, info.error = "failed", f"{type(exc).__name__}: {exc}"
                     info.traceback = traceback.format_exc()
                     self.pm.unregister(name=info.name)
+        self.pm.check_pending()  # every registered hook implementation has a spec (check_hook_names)
         for info in self.plugins.values():
             if info.status == "failed":
                 registry.failed_plugins.append((info.name, info.error or ""))
@@ -172,6 +173,21 @@ class PluginManager:
         return self.plugins.get(name)
 
 
+def check_hook_names(module: ModuleType) -> None:
+    """Raise :class:`PluginError` when ``module`` marks a function as a roll hook that does not exist.
+
+    pluggy would only find it at ``check_pending()`` time, for the whole process; here the plugin
+    that misspelt its hook fails alone, with the hook's name and the closest real one.
+    """
+    marker = f"{hookspecs.PROJECT_NAME}_impl"
+    specs = [n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), f"{hookspecs.PROJECT_NAME}_spec")]
+    for attr in dir(module):
+        obj = getattr(module, attr, None)
+        if callable(obj) and hasattr(obj, marker) and attr not in specs:
+            raise PluginError(f"{module.__name__}.{attr} is marked @hookimpl but roll has no hook {attr!r}."
+                              f"{did_you_mean(attr, specs)} The hooks are listed in roll_core.hookspecs.")
+
+
 class _Registrar:
     """The ``register`` callback handed to one plugin's hook for one kind."""
 
@@ -184,6 +200,7 @@ class _Registrar:
             tags = (tags,)
         if isinstance(requires, str):
             requires = (requires,)
+        check_options(self.kind, name, self.info.name, options)
         reg = Registration(
             kind=self.kind,
             name=name,

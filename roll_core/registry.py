@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from roll_core.errors import PluginError, UnknownComponentError, close_matches
+from roll_core.errors import PluginError, UnknownComponentError, close_matches, did_you_mean
 
 #: kind -> the hook that registers it. The order is the display order of ``roll plugins list``.
 KINDS: dict[str, str] = {
@@ -23,6 +23,58 @@ KINDS: dict[str, str] = {
     "strategy": "roll_register_strategies",
     "reward": "roll_register_rewards",
 }
+
+def _one_of(*allowed: Any):
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(map(repr, allowed))}"
+    return check
+
+
+def _instance(cls: type | tuple[type, ...], what: str):
+    def check(value: Any) -> str | None:
+        return None if isinstance(value, cls) else f"must be {what}"
+    return check
+
+
+def _target(value: Any) -> str | None:
+    if isinstance(value, str) and ":" in value:
+        return None
+    return "must be a 'package.module:Attribute' string"
+
+
+#: kind -> option -> check (None when the value is fine, else what is wrong). The hooks in
+#: :mod:`roll_core.hookspecs` document each option; an option not listed here is an error, so a
+#: misspelt one (``need_critic=True``) cannot silently do nothing.
+KIND_OPTIONS: dict[str, dict[str, Any]] = {
+    "env": {"defaults": _instance(Mapping, "a mapping of env_config values")},
+    "advantage_estimator": {"needs_critic": _instance(bool, "True or False"),
+                            "granularity": _one_of("trajectory", "step")},
+    "policy_loss": {},
+    "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
+                 "critic": _target},
+    "reward": {},
+}
+#: options a registration of the kind must give
+REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {"strategy": ("role",)}
+
+
+def check_options(kind: str, name: str, plugin: str, options: Mapping[str, Any]) -> None:
+    """Raise :class:`PluginError` for an unknown, missing or malformed registration option."""
+    accepted = KIND_OPTIONS.get(kind, {})
+    where = f"Plugin {plugin!r} registered the {kind.replace('_', ' ')} {name!r}"
+    for option, value in options.items():
+        check = accepted.get(option)
+        if check is None:
+            listed = ", ".join(accepted) or "none"
+            raise PluginError(f"{where} with the unknown option {option!r}.{did_you_mean(option, accepted)} "
+                              f"Options of this kind: {listed} (see roll_core.hookspecs).")
+        problem = check(value)
+        if problem:
+            raise PluginError(f"{where} with {option}={value!r}, which {problem}.")
+    missing = [o for o in REQUIRED_OPTIONS.get(kind, ()) if o not in options]
+    if missing:
+        raise PluginError(f"{where} without the required option {missing[0]!r} (see roll_core.hookspecs).")
+
 
 #: Names provided by roll's own optional packages, for "pip install ..." hints when missing.
 KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
@@ -73,6 +125,8 @@ class Registration:
             obj = importlib.import_module(module_name)
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
+        except PluginError:
+            raise
         except ImportError as exc:
             hint = (
                 f" Install what it needs with: pip install {' '.join(repr(r) for r in self.requires)}."
@@ -87,6 +141,12 @@ class Registration:
             raise PluginError(
                 f"The {self.kind} {self.name!r} from plugin {self.plugin!r} points at {self.target!r}, "
                 f"which does not exist ({exc}). This is a bug in that plugin."
+            ) from exc
+        except Exception as exc:  # a SyntaxError or a raising module body: the plugin's bug, said plainly
+            where = f" ({exc.filename}, line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+            raise PluginError(
+                f"The {self.kind} {self.name!r} from plugin {self.plugin!r} failed while importing "
+                f"{module_name!r}: {type(exc).__name__}: {exc}{where}. This is a bug in that plugin."
             ) from exc
         return obj
 
@@ -109,6 +169,8 @@ class Registry:
 
     def __init__(self, failed_plugins: Sequence[tuple[str, str]] = ()):
         self._by_kind: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
+        #: (kind, name) -> the registrations of plugins that both claim that name; neither wins
+        self._clashes: dict[tuple[str, str], list[Registration]] = {}
         #: (plugin name, error) of plugins that failed to load, for better "unknown" errors.
         self.failed_plugins = list(failed_plugins)
 
@@ -121,19 +183,42 @@ class Registry:
                 f"Plugin {reg.plugin!r} registered {reg.kind} {reg.name!r} with target {reg.target!r}; "
                 "a target must look like 'package.module:Attribute'."
             )
-        existing = self._by_kind[reg.kind].get(reg.name)
-        if existing is not None:
-            raise PluginError(
-                f"Two plugins register the {reg.kind} {reg.name!r}: {_origin(existing)} and "
-                f"{_origin(reg)}. Uninstall one of them, or disable one with "
-                f"ROLL_DISABLE_PLUGINS={existing.plugin}."
-            )
+        key = (reg.kind, reg.name)
+        existing = self._by_kind[reg.kind].pop(reg.name, None)
+        if existing is not None or key in self._clashes:
+            # which one would win depends on sys.path order: neither does, selecting the name says why
+            if existing is not None and existing.plugin == reg.plugin:
+                self._by_kind[reg.kind][reg.name] = existing
+                raise PluginError(f"Plugin {reg.plugin!r} registers the {reg.kind} {reg.name!r} twice.")
+            self._clashes.setdefault(key, [existing] if existing is not None else []).append(reg)
+            return
         self._by_kind[reg.kind][reg.name] = reg
+
+    def clashes(self) -> dict[tuple[str, str], list[Registration]]:
+        """(kind, name) -> the registrations of several plugins claiming it (none of them is used)."""
+        return {key: list(regs) for key, regs in self._clashes.items()}
+
+    def _clash_error(self, kind: str, name: str, config_key: str | None) -> PluginError:
+        regs = self._clashes[(kind, name)]
+        where = f" (at {config_key})" if config_key else ""
+        origins = " and ".join(_origin(r) for r in regs)
+        return PluginError(
+            f"The {kind.replace('_', ' ')} {name!r}{where} is registered by {len(regs)} plugins: {origins}; "
+            f"roll will not guess which one you mean. Uninstall all but one, or disable the others with "
+            f"ROLL_DISABLE_PLUGINS={','.join(r.plugin for r in regs[1:])}."
+        )
 
     def remove_plugin(self, plugin: str) -> None:
         for regs in self._by_kind.values():
             for name in [n for n, r in regs.items() if r.plugin == plugin]:
                 del regs[name]
+        for key in list(self._clashes):
+            left = [r for r in self._clashes[key] if r.plugin != plugin]
+            if len(left) == len(self._clashes[key]):
+                continue
+            del self._clashes[key]
+            for reg in left:
+                self.add(reg)
 
     # -- lookups --------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
@@ -146,7 +231,7 @@ class Registry:
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         kind, name = key
-        return name in self._by_kind.get(kind, {})
+        return name in self._by_kind.get(kind, {}) or key in self._clashes
 
     def find_by_tag(self, kind: str, tag: str) -> list[Registration]:
         """Registrations of ``kind`` carrying ``tag`` (exact match first, then case-insensitive)."""
@@ -161,6 +246,8 @@ class Registry:
         regs = self._by_kind[kind]
         if name in regs:
             return regs[name]
+        if (kind, name) in self._clashes:
+            raise self._clash_error(kind, name, config_key)
         tagged = self.find_by_tag(kind, name)
         if len(tagged) == 1:
             return tagged[0]

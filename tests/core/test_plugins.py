@@ -90,12 +90,116 @@ def test_plugin_failing_inside_a_hook_has_its_registrations_withdrawn(on_path):
 
 
 def test_duplicate_names_name_both_plugins(on_path):
+    """Two plugins claiming one component name: both load, neither wins, selecting it names both."""
     write_module(on_path, "dup_a", GOOD_PLUGIN)
     write_module(on_path, "dup_b", GOOD_PLUGIN)
     manager = PluginManager(autoload=False, extra_modules=["dup_a", "dup_b"])
-    failed = manager.get_plugin("dup_b")
-    assert failed.status == "failed"
-    assert "'dup_a'" in failed.error and "'dup_b'" in failed.error and "'maze'" in failed.error
+    assert manager.get_plugin("dup_a").status == manager.get_plugin("dup_b").status == "ok"
+    assert set(manager.registry.clashes()) == {("env", "maze"), ("advantage_estimator", "my_adv")}
+    with pytest.raises(PluginError) as err:
+        manager.registry.get("env", "maze", config_key="custom_envs.M.env_type")
+    message = str(err.value)
+    assert "'dup_a'" in message and "'dup_b'" in message and "custom_envs.M.env_type" in message
+    assert "ROLL_DISABLE_PLUGINS=dup_b" in message
+    again = PluginManager(autoload=False, extra_modules=["dup_a", "dup_b"], disabled=["dup_b"])
+    assert again.registry.get("env", "maze").plugin == "dup_a"  # the advice in the message works
+
+
+def test_entry_points_with_one_name_from_two_distributions_both_load(on_path, monkeypatch):
+    """An entry point named like another distribution's plugin does not silently replace it."""
+    from importlib import metadata
+
+    write_module(on_path, "maze_one", GOOD_PLUGIN)
+    write_module(on_path, "maze_two", """
+        from roll_core import hookimpl
+
+        @hookimpl
+        def roll_register_envs(register):
+            register("maze2", "maze_two_pkg.env:Maze2", description="another maze")
+    """)
+
+    class Dist:
+        def __init__(self, name):
+            self.metadata, self.version = {"Name": name}, "1.0"
+
+    def entry_points(group):
+        eps = [metadata.EntryPoint("maze", module, "roll") for module in ("maze_one", "maze_two")]
+        for ep, dist in zip(eps, ("roll-env-maze", "other-maze"), strict=True):
+            ep._for(Dist(dist))
+        return eps
+
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+    manager = PluginManager(autoload=True)
+    assert manager.get_plugin("maze").distribution == "roll-env-maze"
+    second = manager.get_plugin("maze (other-maze)")
+    assert second.status == "ok" and [r.name for r in second.provides] == ["maze2"]
+    assert manager.registry.get("env", "maze").plugin == "maze" and ("env", "maze2") in manager.registry
+
+
+def test_a_misspelt_hook_fails_its_plugin_with_the_right_name(on_path):
+    write_module(on_path, "typo_plugin", """
+        from roll_core import hookimpl
+
+        @hookimpl
+        def roll_register_env(register):
+            register("typo_env", "x.y:Z")
+    """)
+    write_module(on_path, "good_plugin", GOOD_PLUGIN)
+    manager = PluginManager(autoload=False, extra_modules=["typo_plugin", "good_plugin"])
+    info = manager.get_plugin("typo_plugin")
+    assert info.status == "failed"
+    assert "no hook 'roll_register_env'" in info.error and "Did you mean 'roll_register_envs'" in info.error
+    assert ("env", "maze") in manager.registry
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    ("def broken(:\n", "SyntaxError"),
+    ("raise KeyError('x')\n", "KeyError"),
+])
+def test_any_exception_at_plugin_import_fails_only_that_plugin(on_path, body, expected, request):
+    module = f"bad_import_{request.node.callspec.indices['body']}"
+    write_module(on_path, module, body)
+    manager = PluginManager(autoload=False, extra_modules=[module])
+    info = manager.get_plugin(module)
+    assert info.status == "failed" and expected in info.error
+
+
+@pytest.mark.parametrize("call, expected", [
+    ('register("g", "m:f", needs_critc=True)', "unknown option 'needs_critc'. Did you mean 'needs_critic'"),
+    ('register("g", "m:f", granularity="turn")', "granularity='turn', which must be one of 'trajectory', 'step'"),
+    ('register("g", "m:f", needs_critic="yes")', "needs_critic='yes', which must be True or False"),
+])
+def test_registration_options_are_checked_per_kind(on_path, call, expected, request):
+    module = f"opt_plugin_{request.node.callspec.indices['call']}"  # a fresh module per case
+    write_module(on_path, module, f"""
+        from roll_core import hookimpl
+
+        @hookimpl
+        def roll_register_advantage_estimators(register):
+            {call}
+    """)
+    info = PluginManager(autoload=False, extra_modules=[module]).get_plugin(module)
+    assert info.status == "failed" and expected in info.error
+
+
+def test_a_strategy_must_say_its_role(on_path):
+    write_module(on_path, "role_plugin", """
+        from roll_core import hookimpl
+
+        @hookimpl
+        def roll_register_strategies(register):
+            register("fast", "fast_pkg:Fast")
+    """)
+    info = PluginManager(autoload=False, extra_modules=["role_plugin"]).get_plugin("role_plugin")
+    assert info.status == "failed" and "without the required option 'role'" in info.error
+
+
+def test_a_target_module_with_a_syntax_error_is_a_clear_plugin_error(on_path):
+    (on_path / "syntax_bad_mod.py").write_text("def f(:\n")
+    reg = Registration(kind="env", name="bad", target="syntax_bad_mod:Env", plugin="p")
+    with pytest.raises(PluginError, match=r"failed while importing 'syntax_bad_mod': SyntaxError.*line 1"):
+        reg.load()
 
 
 def test_disabled_plugin_is_listed_but_not_loaded(on_path):
