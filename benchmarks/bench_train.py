@@ -110,11 +110,16 @@ class RollSide:
                                         gradient_accumulation_steps=args.batch // args.micro)
         self.config = SimpleNamespace(**dict(AlgorithmConfig(loss_agg_mode="token-mean", pg_clip=0.2)),
                                       actor_train=ActorTrainConfig(pg_variant="ppo"))
+        from roll_core.algorithms import losses
+
+        self.loss_variant = losses.ppo
 
     def step(self, batch: dict) -> float:
         from roll_core.algorithms import Normalisers, label_mask, make_actor_loss_fn
 
-        base = make_actor_loss_fn(self.config, Normalisers.from_mask(label_mask(batch)))
+        mask = label_mask(batch)
+        base = make_actor_loss_fn(self.config, Normalisers.from_mask(mask, seq_len=mask.shape[-1]),
+                                  loss_variant=self.loss_variant)
 
         def loss_fn(micro, log_probs, entropy):  # one optimiser step: pi_old is the first forward's
             return base({**micro, "old_log_probs": log_probs.detach()}, log_probs, entropy)

@@ -269,15 +269,6 @@ def gigpo(data: Data, config: Any) -> dict[str, Any]:
 # --- the pipeline's entry point ------------------------------------------------------------------
 
 
-def load_estimator(config: Any, registry=None) -> Estimator:
-    """The estimator named by ``adv_estimator``, from ``registry`` (default: this process's)."""
-    if registry is None:
-        from roll_core.plugins import get_registry
-
-        registry = get_registry()
-    return registry.load("advantage_estimator", hp(config, "adv_estimator"), config_key="adv_estimator")
-
-
 def _summary(prefix: str, x: Tensor, mask: Tensor) -> dict[str, float]:
     on = x[mask > 0]
     if not on.numel():
@@ -293,10 +284,9 @@ def compute_advantages(
     data: Data,
     config: Any,
     *,
-    pipeline: str = "agentic",
-    registry=None,
+    pipeline: str,
+    estimator: Estimator,
     kl_ctrl: FixedKLController | None = None,
-    estimator: Estimator | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, float]]:
     """Rewards to advantages for one batch (one RLVR domain, or one agentic batch).
 
@@ -304,11 +294,13 @@ def compute_advantages(
     agentic episode return, or the step reward for step rows; ``[B, T]`` is summed), plus what the
     estimator reads (``values``; grouping keys; ``group_ids`` for non-contiguous RLVR groups).
     ``old_log_probs`` and ``ref_log_probs`` turn on the KL term. ``pipeline`` is ``"rlvr"`` or
-    ``"agentic"``. Keep one ``kl_ctrl`` (see :mod:`roll_core.algorithms.kl`) for the run; it is
+    ``"agentic"`` (required: the two normalise rewards differently, and a wrong default would
+    silently drop RLVR's group normalisation); ``estimator`` is the run's bound advantage
+    estimator (``Run.estimator.load()``). Keep one ``kl_ctrl`` (see :mod:`roll_core.algorithms.kl`) for the run; it is
     updated in place. Returns ``(outputs, metrics)``; outputs hold ``advantages``, ``returns``,
     ``raw_advantages``, ``token_level_rewards`` ``[B, L-1]`` and ``response_rewards`` ``[B]``.
     """
-    estimator = estimator if estimator is not None else load_estimator(config, registry)
+    lookup(DEFAULT_RESPONSE_REWARDS, pipeline, "pipeline")  # "rlvr" or "agentic", checked up front
     mask = label_mask(data)
     shaping = getattr(estimator, "response_rewards", default_response_rewards)
     rewards = shaping(data, config, pipeline).float()

@@ -33,7 +33,9 @@ def _k3(delta: Tensor) -> Tensor:
     return (torch.exp(-delta) + delta - 1).clamp(-10, 10)
 
 
-_TOKEN_ESTIMATORS = {"kl": _k1, "abs": _abs, "mse": _k2, "k3": _k3}
+#: kl_penalty -> estimator of the per-token log-ratio; k1 / k2 / low_var_kl are the names verl
+#: and TRL configs use for the same three estimators
+_TOKEN_ESTIMATORS = {"kl": _k1, "abs": _abs, "mse": _k2, "k3": _k3, "k1": _k1, "k2": _k2, "low_var_kl": _k3}
 
 
 def full_kl(logp: Tensor, logp_base: Tensor) -> Tensor:

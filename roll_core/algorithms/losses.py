@@ -147,7 +147,7 @@ def value_loss(
     mask: Tensor,
     *,
     value_clip: float | None = None,
-    normalisers: Normalisers | None = None,
+    normalisers: Normalisers,
 ) -> Tensor:
     """Critic loss: 0.5 x mean over rows of the masked token-mean, whatever ``loss_agg_mode`` is (§6.6)."""
     per_token = value_loss_per_token(values, old_values, returns, value_clip)

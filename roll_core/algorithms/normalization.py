@@ -80,12 +80,15 @@ STDS = {"batch": _batch_std, "group": _group_std}
 
 
 def normalize(
-    x: Tensor, gid: Tensor, mean_type: str | None, std_type: str | None, eps: float = EPS
+    x: Tensor, gid: Tensor, mean_type: str | None, std_type: str | None, eps: float = EPS, *,
+    zero_singleton_groups: bool = False,
 ) -> Tensor:
     """``(x - mu) / (sigma + eps)``, or ``x - mu`` when ``std_type`` is None.
 
     Where the std's set has one element or sigma <= 1e-6 the result is 0 (ROLL's agentic rule,
-    applied to every pairing so an equal-reward group can never blow up by 1/eps).
+    applied to every pairing so an equal-reward group can never blow up by 1/eps). With
+    ``zero_singleton_groups`` (agentic, §2.2) a group of one row is 0 too whatever set the std is
+    taken over: one episode alone says nothing about how good it was relative to its group.
     """
     x = x.float()
     mu = lookup(MEANS, mean_type, "norm_mean_type")(x, gid)
@@ -93,7 +96,10 @@ def normalize(
         return x - mu
     sigma, n = lookup(STDS, std_type, "norm_std_type")(x, gid)
     out = (x - mu) / (sigma + eps)
-    return torch.where((n <= 1) | (sigma <= MIN_STD), torch.zeros_like(out), out)
+    degenerate = (n <= 1) | (sigma <= MIN_STD)
+    if zero_singleton_groups:
+        degenerate = degenerate | (_group_sums(x, gid)[1][gid] <= 1)
+    return torch.where(degenerate, torch.zeros_like(out), out)
 
 
 def contiguous_group_ids(batch_size: int, group_size: int, device=None) -> Tensor:
@@ -142,10 +148,13 @@ def resolve_norm_types(
 def agentic_reward_norm(
     scores: Tensor, groups: Sequence[Hashable] | None, norm_mean_type: str | None, norm_std_type: str | None
 ) -> Tensor:
-    """Agentic normalisation (§2.2) with groups from a per-row key; ``None`` = one batch group."""
+    """Agentic normalisation (§2.2) with groups from a per-row key; ``None`` = one batch group.
+
+    A group of one row gets 0 whenever a std type is set, also with ``norm_std_type: batch``.
+    """
     gid = (
         group_ids(groups, scores.device)
         if groups is not None
         else torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
     )
-    return normalize(scores, gid, norm_mean_type, norm_std_type)
+    return normalize(scores, gid, norm_mean_type, norm_std_type, zero_singleton_groups=True)

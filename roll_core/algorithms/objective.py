@@ -2,8 +2,8 @@
 
 Actor::
 
-    norm = Normalisers.from_mask(label_mask(batch))         # whole step; sum over DP ranks
-    strategy.train_step(batch, make_actor_loss_fn(config, norm))
+    norm = Normalisers.from_mask(label_mask(batch), norm_seq_len(config))   # whole step, all DP ranks
+    strategy.train_step(batch, make_actor_loss_fn(config, norm, loss_variant=run.policy_loss.load()))
 
     L = rl_loss_coef * (agg(l * is_weights; sample_weights) + [use_kl_loss] kl_loss_coef * agg(k3))
         - entropy_loss_coef * agg(H)
@@ -36,15 +36,6 @@ from roll_core.algorithms.ratio import importance_ratio
 from roll_core.errors import ConfigError
 
 
-def load_policy_loss(config: Any, registry=None):
-    """The policy loss named by ``actor_train.pg_variant``."""
-    if registry is None:
-        from roll_core.plugins import get_registry
-
-        registry = get_registry()
-    return registry.load("policy_loss", hp(config, "pg_variant"), config_key="actor_train.pg_variant")
-
-
 def _scores_for_loss(data) -> Tensor | None:
     """TOPR splits on the raw score: the episode score for step rows, else the row score."""
     for key in ("episode_scores", "scores"):
@@ -52,12 +43,6 @@ def _scores_for_loss(data) -> Tensor | None:
             scores = torch.as_tensor(data[key]).float()
             return scores.sum(-1) if scores.dim() > 1 else scores
     return None
-
-
-def ratio_kind(config: Any) -> str:
-    """``ratio_type`` (agentic: token / segment / seq), else RLVR's ``importance_sampling`` (token / seq)."""
-    kind = hp(config, "ratio_type", None)
-    return kind if kind is not None else hp(config, "importance_sampling", "token")
 
 
 def _clip_bounds(config: Any) -> tuple[float, float]:
@@ -71,24 +56,25 @@ def policy_loss(
     log_probs: Tensor,
     config: Any,
     *,
+    normalisers: Normalisers,
+    loss_variant: Any,
     entropy: Tensor | None = None,
-    normalisers: Normalisers | None = None,
-    loss_variant=None,
-    registry=None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Total actor loss of one micro-batch; ``normalisers`` default to this micro-batch alone.
+    """Total actor loss of one micro-batch.
 
-    Metrics named ``*_loss`` are this micro-batch's additive share of the step's loss; the others
-    are micro-batch means.
+    ``normalisers`` are the whole step's (over every micro-batch and data-parallel rank): the
+    micro-batch's own would silently rescale its share of the loss. ``loss_variant`` is the run's
+    bound policy loss (``Run.policy_loss.load()``). Metrics named ``*_loss`` are this micro-batch's
+    additive share of the step's loss; the others are micro-batch means.
     """
-    variant = loss_variant if loss_variant is not None else load_policy_loss(config, registry)
+    variant = loss_variant
     mask = label_mask(data).to(log_probs.dtype)
-    norm = normalisers if normalisers is not None else Normalisers.from_mask(mask)
+    norm = normalisers
     mode = hp(config, "loss_agg_mode")
     old = require(data, "old_log_probs", "the policy loss").detach()
     advantages = require(data, "advantages", "the policy loss").detach()
 
-    ratio = importance_ratio(log_probs, old, mask, ratio_kind(config))
+    ratio = importance_ratio(log_probs, old, mask, hp(config, "ratio_type"))
     per_token = variant(log_probs, old, advantages, config, ratio=ratio, scores=_scores_for_loss(data))
     if "is_weights" in data:
         per_token = per_token * data["is_weights"]
@@ -129,20 +115,19 @@ def policy_loss(
     return total, metrics
 
 
-def make_actor_loss_fn(config: Any, normalisers: Normalisers, *, loss_variant=None, registry=None):
-    """A :data:`roll_core.strategies.base.LossFn` for ``TrainStrategy.train_step`` (variant loaded once)."""
-    variant = loss_variant if loss_variant is not None else load_policy_loss(config, registry)
+def make_actor_loss_fn(config: Any, normalisers: Normalisers, *, loss_variant: Any):
+    """A :data:`roll_core.strategies.base.LossFn` for ``TrainStrategy.train_step``."""
 
     def loss_fn(micro_batch, log_probs, entropy):
         return policy_loss(
-            micro_batch, log_probs, config, entropy=entropy, normalisers=normalisers, loss_variant=variant
+            micro_batch, log_probs, config, entropy=entropy, normalisers=normalisers, loss_variant=loss_variant
         )
 
     return loss_fn
 
 
 def critic_loss(
-    data, values: Tensor, config: Any, *, normalisers: Normalisers | None = None
+    data, values: Tensor, config: Any, *, normalisers: Normalisers
 ) -> tuple[Tensor, dict[str, float]]:
     """Value loss of one micro-batch: ``data["values"]`` are V_old, ``data["returns"]`` the targets.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll_core.config.base import NoneStr, RollModel, compat
 
@@ -86,7 +86,9 @@ class AlgorithmConfig(RollModel):
     pg_clip_high: float = Field(0.2, ge=0.0)
     dual_clip_loss: bool = Field(False, description="Bound the loss of negative advantages (see dual_clip_c).")
     value_clip: float | None = Field(None, gt=0.0)
-    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = "kl"
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "k1", "k2", "low_var_kl", "full"] = Field(
+        "kl", description="KL estimator: kl (k1), abs, mse (k2), k3 (low_var_kl)."
+    )
     init_kl_coef: float = Field(0.0, ge=0.0, description="KL-in-reward coefficient; roll defaults to 0.")
     target_kl: float | None = Field(None, gt=0.0, description="Adaptive KL target; null: fixed coefficient.")
     kl_horizon: int = Field(10000, ge=1)
@@ -97,6 +99,9 @@ class AlgorithmConfig(RollModel):
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = "seq-mean-token-mean"
+    ratio_type: Literal["token", "segment", "seq"] = Field(
+        "token", description="Importance ratio: per token, per turn (segment), or per row (seq, GSPO)."
+    )
     ppo_epochs: int = Field(1, ge=1)
     critic_warmup: int = Field(0, ge=0)
     enable_reference: bool = Field(False, description="Switched on automatically when a KL term needs it.")
@@ -104,6 +109,16 @@ class AlgorithmConfig(RollModel):
     force_disable_old_logprobs_recompute: bool = False
     train_infer_correction: TrainInferCorrection = Field(default_factory=TrainInferCorrection)
     max_grad_norm: float = compat(1.0, "Use actor_train.training_args.max_grad_norm.")
+
+    @field_validator("kl_penalty")
+    @classmethod
+    def _per_token_kl(cls, value):
+        if value == "full":
+            raise ValueError(
+                "kl_penalty 'full' needs full-vocabulary log-probs, and roll's pipelines (like ROLL's) "
+                "keep only the log-prob of each sampled token; use kl (k1), abs, mse (k2) or k3 (low_var_kl)"
+            )
+        return value
     l2: float = compat(0.0)
     use_reward_scaling: bool = compat(False)
     use_reward_norm: bool = compat(False)

@@ -176,7 +176,6 @@ class AgenticConfig(PipelineConfig):
     episode_reward_weight: float = Field(1.0, description="GiGPO: weight of the episode-level advantage.")
     step_reward_weight: float = Field(1.0, description="GiGPO: weight of the step-level advantage.")
     step_reward_gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount of per-step env rewards.")
-    ratio_type: Literal["token", "segment"] = "token"
     batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = Field(
         "copy", description="How a batch with a wrong number of samples is fixed up."
     )
@@ -228,7 +227,9 @@ class RLVRConfig(PipelineConfig):
     rewards: dict[str, RewardConfig] = Field(default_factory=dict, description="Reward settings per data domain.")
     validation: ValidationConfig | None = None
     rl_loss_coef: float = 1.0
-    importance_sampling: Literal["token", "seq"] = Field("token", description="seq: GSPO's sequence ratio.")
+    importance_sampling: Literal["token", "seq"] | None = Field(
+        None, description="ROLL's RLVR name of ratio_type (seq: GSPO's sequence ratio); resolve copies it there."
+    )
     max_len_mask: bool = Field(False, description="Do not train on responses cut at the length limit.")
     mask_type: Literal["all", "loss"] = "loss"
     difficulty_mask: bool = Field(False, description="Train only on prompts of intermediate difficulty.")

@@ -298,6 +298,12 @@ class _Resolver:
             d["is_num_return_sequences_expand"] = True
             self.note("is_num_return_sequences_expand is switched on: asynchronous RLVR generates each of the "
                       f"{n} responses of a prompt as its own request")
+        if c.importance_sampling is not None:  # ROLL's RLVR name of the one ratio setting
+            if "ratio_type" in c.model_fields_set and c.ratio_type != c.importance_sampling:
+                raise ConfigError(f"importance_sampling ({c.importance_sampling}) and ratio_type ({c.ratio_type}) "
+                                  "disagree; they are one setting (ROLL's RLVR name and roll's): keep one.")
+            d["ratio_type"] = c.importance_sampling
+        d["importance_sampling"] = None
         for domain, reward in c.rewards.items():
             path = f"rewards.{domain}.reward_type" if reward.reward_type else f"rewards.{domain}"
             reg = self.lookup("reward", reward.reward_type or domain, path)

@@ -130,19 +130,25 @@ class TrainWorker:
         return self.strategy.compute_values(batch)
 
     # -- training ----------------------------------------------------------------------------
+    def normalisers(self, batch: dict[str, Any]) -> Any:
+        """The loss normalisers of one optimiser step over ``batch`` (docs/algorithms.md §6.5)."""
+        from roll_core.algorithms import Normalisers, label_mask
+        from roll_core.algorithms.aggregation import norm_seq_len
+
+        return Normalisers.from_mask(label_mask(batch), norm_seq_len(self.config))
+
     def train_actor(self, batch: dict[str, Any], *, epochs: int, shuffle_seed: int) -> dict[str, float]:
         """``epochs`` passes over ``batch``, one optimiser step per mini-batch; mean metrics.
 
         Without ``old_log_probs`` in the batch (no recompute needed: one optimiser step in all),
         the first forward's detached log-probs are pi_old, so the ratio is 1 (ALGORITHMS.md §6.1).
         """
-        from roll_core.algorithms import Normalisers, label_mask, make_actor_loss_fn
+        from roll_core.algorithms import make_actor_loss_fn
 
         needs_entropy = float(self.config.entropy_loss_coef) > 0  # a full-vocabulary softmax per token
 
         def step(mini):
-            base = make_actor_loss_fn(self.config, Normalisers.from_mask(label_mask(mini)),
-                                      loss_variant=self.policy_loss)
+            base = make_actor_loss_fn(self.config, self.normalisers(mini), loss_variant=self.policy_loss)
 
             def loss_fn(micro, log_probs, entropy):
                 if "old_log_probs" not in micro:
@@ -156,11 +162,10 @@ class TrainWorker:
 
     def train_critic(self, batch: dict[str, Any], *, shuffle_seed: int) -> dict[str, float]:
         """One epoch of value regression on ``returns`` (§6.6)."""
-        from roll_core.algorithms import Normalisers, label_mask, make_critic_loss_fn
+        from roll_core.algorithms import make_critic_loss_fn
 
         def step(mini):
-            return self.strategy.train_step(mini, make_critic_loss_fn(self.config, Normalisers.from_mask(
-                label_mask(mini))))
+            return self.strategy.train_step(mini, make_critic_loss_fn(self.config, self.normalisers(mini)))
 
         return self._epochs(batch, 1, shuffle_seed, step, prefix="critic/")
 
@@ -168,9 +173,7 @@ class TrainWorker:
         """One optimiser step of supervised learning on the response tokens (the format warm start)."""
         from functools import partial
 
-        from roll_core.algorithms import Normalisers, label_mask
-
-        loss_fn = partial(_sft_loss, normalisers=Normalisers.from_mask(label_mask(batch)))
+        loss_fn = partial(_sft_loss, normalisers=self.normalisers(batch))
         metrics = self.strategy.train_step(batch, loss_fn)
         # the loss function reports each micro-batch's share; the step's NLL is their sum
         return {"sft/nll": metrics["loss"], "sft/grad_norm": metrics["grad_norm"], "sft/lr": metrics["lr"]}

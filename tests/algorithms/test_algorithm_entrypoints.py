@@ -13,7 +13,7 @@ from roll_core.algorithms.kl import AdaptiveKLController, approx_kl, kl_controll
 from roll_core.algorithms.losses import entropy_from_logits
 from roll_core.algorithms.masking import masked_mean
 from roll_core.algorithms.objective import critic_loss, make_actor_loss_fn, make_critic_loss_fn, policy_loss
-from roll_core.errors import ConfigError, UnknownComponentError
+from roll_core.errors import ConfigError
 from roll_core.plugins import PluginManager
 
 
@@ -46,7 +46,8 @@ def test_every_registered_estimator_runs_through_compute_advantages(make_config,
         adv_estimator=name, gamma=0.9, reward_normalization=dict(grouping="traj_group_id", method="mean_std")
     )
     data = step_batch()
-    out, metrics = compute_advantages(data, config, pipeline="agentic", registry=registry)
+    estimator = registry.load("advantage_estimator", name)
+    out, metrics = compute_advantages(data, config, pipeline="agentic", estimator=estimator)
     mask = data["response_mask"][:, 1:].float()
     for key in ("advantages", "raw_advantages", "returns", "token_level_rewards"):
         assert out[key].shape == (4, 4) and torch.isfinite(out[key]).all()
@@ -142,7 +143,8 @@ def test_step_reinforce_normalises_discounted_step_returns(make_config, registry
         step_reward_gamma=0.5,
         reward_normalization=dict(grouping="traj_group_id", method="mean"),
     )
-    out, _ = compute_advantages(step_batch(), config, pipeline="agentic", registry=registry)
+    out, _ = compute_advantages(step_batch(), config, pipeline="agentic",
+                                estimator=registry.load("advantage_estimator", "step_reinforce"))
     g = t(0.5, 1, 0, 0)
     torch.testing.assert_close(out["response_rewards"], g - g.mean())
 
@@ -150,18 +152,24 @@ def test_step_reinforce_normalises_discounted_step_returns(make_config, registry
 def test_agentic_reinforce_discounts_per_turn(make_config, registry):
     data = {"scores": t(1.0), "response_mask": torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1, 1]])}
     out, _ = compute_advantages(
-        data, make_config(adv_estimator="agentic_reinforce", gamma=0.9), pipeline="agentic", registry=registry
+        data, make_config(adv_estimator="agentic_reinforce", gamma=0.9), pipeline="agentic",
+        estimator=registry.load("advantage_estimator", "agentic_reinforce"),
     )
     torch.testing.assert_close(out["advantages"], t(0, 0.9, 0.9, 0, 0, 1, 1, 1)[None])
 
 
-def test_unknown_estimator_names_the_config_key(make_config, registry):
-    with pytest.raises(UnknownComponentError, match="adv_estimator"):
-        compute_advantages(
-            {"scores": t(1.0), "response_mask": torch.tensor([[0, 1]])},
-            make_config(adv_estimator="grpoo"),
-            registry=registry,
-        )
+def test_the_pipeline_and_the_estimator_must_be_given(make_config):
+    """No default: an RLVR caller that fell back to the agentic normalisation would silently lose
+    GRPO's group normalisation (estimators are bound by resolve, never looked up here)."""
+    from roll_core.algorithms.advantages import grpo
+
+    data = {"scores": t(1.0, 0.0), "response_mask": torch.tensor([[0, 1]] * 2)}
+    with pytest.raises(TypeError, match="pipeline"):
+        compute_advantages(data, make_config(), estimator=grpo)
+    with pytest.raises(TypeError, match="estimator"):
+        compute_advantages(data, make_config(), pipeline="rlvr")
+    with pytest.raises(ConfigError, match="pipeline='rlvrr' is not supported"):
+        compute_advantages(data, make_config(), pipeline="rlvrr", estimator=grpo)
 
 
 def micro_batch(seed=0):
@@ -187,13 +195,14 @@ def test_policy_loss_is_the_documented_total(make_config):
     config = make_config(
         use_kl_loss=True, kl_loss_coef=0.3, entropy_loss_coef=0.01, loss_agg_mode="token-mean"
     )
-    loss, metrics = policy_loss(data, log_probs, config, entropy=entropy, loss_variant=losses.ppo)
     mask = data["response_mask"][:, 1:].float()
+    norm = Normalisers.from_mask(mask, seq_len=4)
+    loss, metrics = policy_loss(data, log_probs, config, entropy=entropy, loss_variant=losses.ppo, normalisers=norm)
     pg = losses.ppo_loss(log_probs, data["old_log_probs"], data["advantages"]) * data["is_weights"]
     expected = (
-        agg_loss(pg, mask, "token-mean", weights=data["sample_weights"])
-        + 0.3 * agg_loss(approx_kl(log_probs, data["ref_log_probs"], "k3"), mask, "token-mean")
-        - 0.01 * agg_loss(entropy, mask, "token-mean")
+        agg_loss(pg, mask, "token-mean", weights=data["sample_weights"], normalisers=norm)
+        + 0.3 * agg_loss(approx_kl(log_probs, data["ref_log_probs"], "k3"), mask, "token-mean", normalisers=norm)
+        - 0.01 * agg_loss(entropy, mask, "token-mean", normalisers=norm)
     )
     assert float(loss) == pytest.approx(float(expected), abs=1e-6)
     assert {"actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/pg_clipfrac"} <= set(metrics)
@@ -202,7 +211,8 @@ def test_policy_loss_is_the_documented_total(make_config):
 def test_entropy_bonus_requires_entropy(make_config):
     data, log_probs, _ = micro_batch()
     with pytest.raises(ConfigError, match="entropy"):
-        policy_loss(data, log_probs, make_config(entropy_loss_coef=0.1), loss_variant=losses.ppo)
+        policy_loss(data, log_probs, make_config(entropy_loss_coef=0.1), loss_variant=losses.ppo,
+                    normalisers=Normalisers(1, 1, 1))
 
 
 def test_actor_loss_fn_is_a_strategy_loss_fn(make_config, registry):
@@ -210,7 +220,8 @@ def test_actor_loss_fn_is_a_strategy_loss_fn(make_config, registry):
     for variant in ("ppo", "vanilla", "tis", "topr", "cispo", "kimi15"):
         config = make_config(pg_variant=variant, ratio_type="seq")
         loss_fn = make_actor_loss_fn(
-            config, Normalisers.from_mask(data["response_mask"][:, 1:].float()), registry=registry
+            config, Normalisers.from_mask(data["response_mask"][:, 1:].float(), seq_len=4),
+            loss_variant=registry.load("policy_loss", variant),
         )
         lp = log_probs.clone().requires_grad_(True)
         loss, metrics = loss_fn(data, lp, entropy)
@@ -219,18 +230,13 @@ def test_actor_loss_fn_is_a_strategy_loss_fn(make_config, registry):
         assert all(isinstance(v, float) for v in metrics.values())
 
 
-def test_unknown_pg_variant_names_the_config_key(make_config, registry):
-    with pytest.raises(UnknownComponentError, match="actor_train.pg_variant"):
-        make_actor_loss_fn(make_config(pg_variant="ppo2"), Normalisers(1, 1, 1), registry=registry)
-
-
 def test_critic_loss_reproduces_e10_through_the_config(make_config):
     data = {
         "values": t(0.5, 0.1)[:, None],
         "returns": t(2, 0)[:, None],
         "response_mask": torch.tensor([[0, 1]] * 2),
     }
-    loss, _ = critic_loss(data, t(1, 0)[:, None], make_config(value_clip=0.2))
+    loss, _ = critic_loss(data, t(1, 0)[:, None], make_config(value_clip=0.2), normalisers=Normalisers(2, 2, 1))
     assert float(loss) == pytest.approx(0.4225, abs=1e-6)
     norm = Normalisers(num_tokens=2, num_seqs=2, seq_len=1)
     fn = make_critic_loss_fn(make_config(), norm)

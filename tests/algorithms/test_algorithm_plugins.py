@@ -103,7 +103,8 @@ def test_third_party_plugin_registers_an_estimator_selected_from_yaml(tmp_path, 
     overrides = yaml.safe_load("adv_estimator: constant_baseline\ngamma: 1.0\n")
     config = make_config(**overrides)
     data = {"scores": torch.tensor([1.0, 0.0]), "response_mask": torch.tensor([[0, 1, 1], [0, 0, 1]])}
-    out, metrics = compute_advantages(data, config, pipeline="agentic", registry=manager.registry)
+    estimator = manager.registry.get("advantage_estimator", config.adv_estimator).load()  # what resolve binds
+    out, metrics = compute_advantages(data, config, pipeline="agentic", estimator=estimator)
     torch.testing.assert_close(out["advantages"], torch.tensor([[0.5, 0.5], [0.0, -0.5]]))
     assert metrics["plugin/rows"] == 2.0
     # the built-ins are untouched and still selectable next to it

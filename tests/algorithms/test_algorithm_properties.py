@@ -73,7 +73,7 @@ def trim(batch):
 def test_agg_loss_is_invariant_to_micro_batch_split(mode, seed, rows, width, sizes):
     batch = random_batch(seed, rows, width)
     loss, mask, w = batch["advantages"], batch["loss_mask"], batch["sample_weights"]
-    norm = Normalisers.from_mask(mask)
+    norm = Normalisers.from_mask(mask, seq_len=mask.shape[-1])
     whole = agg_loss(loss, mask, mode, normalisers=norm, weights=w)
     parts = []
     for lo, hi in splits(sizes, rows):
@@ -106,7 +106,7 @@ def test_policy_loss_and_gradient_are_invariant_to_micro_batch_split(
     )
     fn = getattr(losses, variant)
     batch = random_batch(seed, rows, width)
-    norm = Normalisers.from_mask(batch["loss_mask"])
+    norm = Normalisers.from_mask(batch["loss_mask"], seq_len=batch["loss_mask"].shape[-1])
 
     def run(b):
         lp = b["log_probs"].clone().requires_grad_(True)
@@ -154,7 +154,8 @@ def test_masked_tokens_never_change_loss_or_gradient(
 
     def run(b):
         lp = b["log_probs"].clone().requires_grad_(True)
-        loss, _ = policy_loss(b, lp, config, entropy=b["entropy"], loss_variant=fn)
+        norm = Normalisers.from_mask(b["loss_mask"], seq_len=width)
+        loss, _ = policy_loss(b, lp, config, entropy=b["entropy"], loss_variant=fn, normalisers=norm)
         loss.backward()
         return loss.detach(), lp.grad
 

@@ -17,7 +17,7 @@ from roll_core.algorithms.advantages import (
     grpo,
     reinforce,
 )
-from roll_core.algorithms.aggregation import agg_loss
+from roll_core.algorithms.aggregation import Normalisers, agg_loss
 from roll_core.algorithms.hparams import hp
 from roll_core.algorithms.kl import FixedKLController, approx_kl
 from roll_core.algorithms.normalization import agentic_reward_norm, reward_norm
@@ -58,7 +58,8 @@ def test_token_mean_masks_its_numerator(make_config):
         "loss_mask": loss_mask,
     }
     config = make_config(loss_agg_mode="token-mean", pg_variant="vanilla")
-    loss, _ = policy_loss(data, log_probs, config, loss_variant=losses.vanilla)
+    norm = Normalisers.from_mask(loss_mask, seq_len=3)
+    loss, _ = policy_loss(data, log_probs, config, loss_variant=losses.vanilla, normalisers=norm)
     per_token = -data["advantages"] * log_probs.detach()
     assert float(loss.detach()) == pytest.approx(float((per_token * loss_mask).sum() / 2))
     roll_style = float(per_token.sum() / 2)  # ROLL: unmasked numerator, same N_tok
@@ -245,3 +246,50 @@ def test_seq_mean_token_sum_norm_uses_a_global_constant():
     assert float(
         agg_loss(loss[:, :2], mask[:, :2], "seq-mean-token-sum-norm", normalisers=norm)
     ) == pytest.approx(3 / 8)
+
+
+def test_a_group_of_one_is_zero_in_agentic_norm_also_with_batch_std():
+    """§2.2: a group with one member says nothing relative to its group: advantage 0, even when
+    the std is taken over the batch. Hand-computed: scores 1, 0, 3; batch mean 4/3, unbiased
+    batch std sqrt(7/3) = 1.527525; group a = rows 0, 1; group b = row 2 alone."""
+    scores = t(1.0, 0.0, 3.0)
+    out = agentic_reward_norm(scores, ["a", "a", "b"], "batch", "batch")
+    sigma = (7 / 3) ** 0.5
+    torch.testing.assert_close(out, t((1 - 4 / 3) / (sigma + 1e-6), (0 - 4 / 3) / (sigma + 1e-6), 0.0))
+    assert float(out[0]) == pytest.approx(-0.218218, abs=1e-6) and float(out[1]) == pytest.approx(-0.872872, abs=1e-6)
+    # RLVR's reward_norm has no such rule: group_size 1 with batch std (REINFORCE++) keeps its signal
+    rlvr = reward_norm(scores, 1, "batch", "batch")
+    assert float(rlvr[2]) == pytest.approx((3 - 4 / 3) / (sigma + 1e-6), abs=1e-6)
+
+
+@pytest.mark.parametrize("alias, name", [("k1", "kl"), ("k2", "mse"), ("low_var_kl", "k3")])
+def test_kl_aliases_used_by_peers_are_the_same_estimators(alias, name):
+    logp, base = t(-0.2, -1.5, -3.0), t(-0.7, -1.0, -2.0)
+    torch.testing.assert_close(approx_kl(logp, base, alias), approx_kl(logp, base, name))
+    if alias == "low_var_kl":  # verl's formula: r - log r - 1 with r = p_ref / p, clamped
+        r = torch.exp(base - logp)
+        torch.testing.assert_close(approx_kl(logp, base, alias), (r - (base - logp) - 1).clamp(-10, 10))
+
+
+def test_seq_mean_token_sum_norm_takes_t_from_the_config():
+    """T is the run's longest response (RLVR) or trajectory (agentic), never a mini-batch's width."""
+    from types import SimpleNamespace
+
+    from roll_core.algorithms.aggregation import norm_seq_len
+    from roll_core.pipeline.workers import TrainWorker
+
+    rlvr = SimpleNamespace(pipeline_type="rlvr", response_length=8, sequence_length=40, prompt_length=32)
+    assert norm_seq_len(rlvr) == 8
+    assert norm_seq_len(SimpleNamespace(pipeline_type="rlvr", response_length=None, sequence_length=40,
+                                        prompt_length=30)) == 10
+    assert norm_seq_len(SimpleNamespace(pipeline_type="agentic", response_length=None, sequence_length=64,
+                                        prompt_length=None)) == 64
+    with pytest.raises(ConfigError, match="sequence_length"):
+        norm_seq_len(SimpleNamespace(pipeline_type="agentic", sequence_length=None))
+    # the train worker builds every step's normalisers with it: a narrow mini-batch gets T = 8 too
+    batch = {"response_mask": torch.tensor([[0, 1, 1], [0, 0, 1]])}
+    norm = TrainWorker.normalisers(SimpleNamespace(config=rlvr), batch)
+    assert (norm.num_tokens, norm.num_seqs, norm.seq_len) == (3.0, 2.0, 8.0)
+    loss = torch.ones(2, 2)
+    value = agg_loss(loss, batch["response_mask"][:, 1:], "seq-mean-token-sum-norm", normalisers=norm)
+    assert float(value) == pytest.approx(3 / 8)

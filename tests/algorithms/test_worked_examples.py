@@ -18,7 +18,7 @@ from roll_core.algorithms.advantages import (
     reinforce,
     step_returns,
 )
-from roll_core.algorithms.aggregation import agg_loss
+from roll_core.algorithms.aggregation import Normalisers, agg_loss
 from roll_core.algorithms.corrections import is_weights, train_infer_ratio
 from roll_core.algorithms.kl import AdaptiveKLController, FixedKLController, approx_kl, kl_penalty
 from roll_core.algorithms.masking import masked_whiten
@@ -231,13 +231,15 @@ def test_e8_cispo_unified_mask(make_config):
 def test_e9_aggregation(mode, expected):
     loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 99.0, -99.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    assert float(agg_loss(loss, mask, mode)) == pytest.approx(expected, abs=ATOL)
+    norm = Normalisers.from_mask(mask, seq_len=3)  # T = 3: the longest response of the run
+    assert float(agg_loss(loss, mask, mode, normalisers=norm)) == pytest.approx(expected, abs=ATOL)
 
 
 @pytest.mark.parametrize("value_clip, expected", [(0.2, 0.4225), (None, 0.25)])
 def test_e10_value_loss(value_clip, expected):
     loss = losses.value_loss(
-        t(1, 0)[:, None], t(0.5, 0.1)[:, None], t(2, 0)[:, None], torch.ones(2, 1), value_clip=value_clip
+        t(1, 0)[:, None], t(0.5, 0.1)[:, None], t(2, 0)[:, None], torch.ones(2, 1), value_clip=value_clip,
+        normalisers=Normalisers.from_mask(torch.ones(2, 1), seq_len=1),
     )
     assert float(loss) == pytest.approx(expected, abs=ATOL)
 

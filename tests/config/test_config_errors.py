@@ -42,7 +42,7 @@ def test_unknown_key_inside_a_list_item_and_in_a_dict_value():
      "actor_train.training_args.learning_rate expects a number, got 'fast'"),
     ({"rollout_batch_size": [64]}, "rollout_batch_size expects an integer, got [64]"),
     ({"train_env_manager": {"tags": "FrozenLake"}}, "train_env_manager.tags expects a list of strings"),
-    ({"kl_penalty": "k2"}, "kl_penalty must be one of 'kl', 'abs', 'mse', 'k3', 'full', got 'k2'"),
+    ({"kl_penalty": "k4"}, "kl_penalty must be one of 'kl', 'abs', 'mse', 'k3', 'k1', 'k2', 'low_var_kl', 'full', got 'k4'"),
     ({"ppo_epochs": 0}, "ppo_epochs should be greater than or equal to 1, got 0"),
     ({"async_generation_ratio": 1.5}, "async_generation_ratio expects an integer, got 1.5"),
     ({"actor_train": {"tis_lower_bound": 2.0}}, "actor_train: tis_lower_bound (2.0) is above tis_upper_bound"),

@@ -189,3 +189,23 @@ def test_a_critic_estimator_refuses_a_strategy_without_a_critic_model(roll_regis
     with pytest.raises(ConfigError, match=r"critic.strategy_args.strategy_name is 'megatron_train', which provides "
                                           r"no critic"):
         resolve(config, registry=roll_registry)
+
+
+@pytest.mark.parametrize("alias", ["k1", "k2", "low_var_kl", "k3"])
+def test_kl_estimator_aliases_validate(alias):
+    assert agentic(kl_penalty=alias, init_kl_coef=0.1).kl_penalty == alias
+
+
+def test_full_kl_is_refused_at_validation():
+    with pytest.raises(ConfigError, match=r"kl_penalty.*full-vocabulary log-probs.*k3 \(low_var_kl\)"):
+        agentic(kl_penalty="full")
+
+
+def test_importance_sampling_is_rlvrs_name_of_ratio_type(fixtures, roll_registry):
+    path = fixtures / "rlvr_config_async.yaml"
+    base = ["+rewards.math_rule.tag_included=[math]"]
+    resolved = resolve(load_config(path, [*base, "+importance_sampling=seq"]), registry=roll_registry)
+    assert resolved.config.ratio_type == "seq" and resolved.config.importance_sampling is None
+    assert resolve(load_config(path, base), registry=roll_registry).config.ratio_type == "token"
+    with pytest.raises(ConfigError, match=r"importance_sampling \(seq\) and ratio_type \(token\) disagree"):
+        resolve(load_config(path, [*base, "+importance_sampling=seq", "+ratio_type=token"]), registry=roll_registry)

@@ -40,7 +40,8 @@ def rows(batch: dict[str, torch.Tensor], part: int, parts: int) -> dict[str, tor
 
 def make_loss_fn(batch: dict[str, torch.Tensor]):
     """REINFORCE, ``seq-mean-token-mean`` over the *whole* batch's normalisers (ALGORITHMS.md §6.5)."""
-    norm = Normalisers.from_mask(batch["response_mask"][:, 1:])
+    mask = batch["response_mask"][:, 1:]
+    norm = Normalisers.from_mask(mask, seq_len=mask.shape[-1])
 
     def loss_fn(mb, log_probs, entropy):
         mask = mb["response_mask"][:, 1:]

@@ -80,7 +80,8 @@ def make_loss_fn(batch: dict):
     """REINFORCE, ``seq-mean-token-mean`` over the whole batch's normalisers."""
     from roll_core.algorithms.aggregation import Normalisers, agg_loss
 
-    norm = Normalisers.from_mask(batch["response_mask"][:, 1:])
+    mask = batch["response_mask"][:, 1:]
+    norm = Normalisers.from_mask(mask, seq_len=mask.shape[-1])
 
     def loss_fn(mb, log_probs, entropy):
         mask = mb["response_mask"][:, 1:]
