@@ -119,7 +119,7 @@ class TrainWorker:
         return {"role": self.role, "pid": os.getpid(), "mini_batch_size": self.mini_batch_size()}
 
     def mini_batch_size(self) -> int:
-        return int(getattr(self.strategy, "mini_batch_size", 0) or 0)
+        return int(self.strategy.mini_batch_size)
 
     # -- forward passes ----------------------------------------------------------------------
     def compute_log_probs(self, batch: dict[str, Any]):

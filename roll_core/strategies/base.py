@@ -68,9 +68,41 @@ class GenerationOutput:
 LossFn = Callable[[Mapping[str, Any], Any, Any], tuple[Any, dict[str, float]]]
 
 
-class InferStrategy(abc.ABC):
+class WorkerStrategy:
+    """What every strategy is to the pipeline: built from a worker section, able to free memory.
+
+    The pipeline builds each role's strategy with :meth:`from_worker_config` and calls nothing that
+    is not declared on these classes (:class:`TrainStrategy`, :class:`CriticStrategy`,
+    :class:`InferStrategy`); :func:`roll_core.testing.check_strategy` checks a plugin against them.
+    """
+
+    @classmethod
+    def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> WorkerStrategy:
+        """Build from a worker section (``actor_train``, ``actor_infer``, ``critic``, ``reference``).
+
+        ``worker_config`` is the validated section (ROLL's field names: ``model_args``,
+        ``training_args``, ``generating_args``, ``strategy_args.strategy_config`` ...), ``pretrain``
+        the weights to load, ``seed`` the run's seed (every rank and worker of a role gets the same
+        one, so a locally built model starts identical everywhere). ``overrides`` are the pipeline's:
+        ``num_training_steps`` for trainable roles, ``trainable=False`` for a reference model. An
+        unknown ``strategy_config`` key must be a :class:`~roll_core.errors.ConfigError`.
+        """
+        raise NotImplementedError(
+            f"{cls.__module__}.{cls.__qualname__} does not implement from_worker_config(worker_config, pretrain, "
+            "seed, **overrides), which the pipeline builds every strategy with (roll_core.strategies.base)."
+        )
+
+    def offload(self) -> None:
+        """Free accelerator memory while another role colocated on the same devices runs (no-op on CPU)."""
+
+    def reload(self) -> None:
+        """Undo :meth:`offload` before this strategy is used again."""
+
+
+class InferStrategy(WorkerStrategy, abc.ABC):
     """Generates token ids with log-probs; loads weights exported by a train strategy."""
 
+    #: the version of the weights being served; every :class:`GenerationOutput` is stamped with it
     policy_version: int = 0
 
     @abc.abstractmethod
@@ -84,23 +116,29 @@ class InferStrategy(abc.ABC):
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         """Stop in-flight generation (all when ``None``); aborted outputs finish with "abort"."""
 
-    def offload(self) -> None:
-        """Free accelerator memory while training runs (no-op on CPU)."""
 
-    def reload(self) -> None:
-        """Undo :meth:`offload`."""
+class TrainStrategy(WorkerStrategy, abc.ABC):
+    """Computes log-probs, trains with a given loss, exports and checkpoints weights.
 
+    Serves ``actor_train`` and, built with ``trainable=False``, ``reference``.
+    """
 
-class TrainStrategy(abc.ABC):
-    """Computes log-probs, trains with a given loss, exports and checkpoints weights."""
+    @property
+    @abc.abstractmethod
+    def mini_batch_size(self) -> int:
+        """Rows one :meth:`train_step` (one optimiser step) should get on this rank: the pipeline
+        cuts each step's batch into mini-batches of this size (``per_device_train_batch_size *
+        gradient_accumulation_steps``)."""
 
     @abc.abstractmethod
     def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
-        """Label-aligned ``[B, L-1]`` log-probs (masked by ``response_mask[:, 1:]``), and entropy."""
+        """``(log_probs, entropy)``: label-aligned ``[B, L-1]`` (masked by ``response_mask[:, 1:]``),
+        entropy ``None`` unless asked."""
 
     @abc.abstractmethod
     def train_step(self, batch: Mapping[str, Any], loss_fn: LossFn) -> dict[str, float]:
-        """One optimiser step over ``batch`` (micro-batched, gradient accumulation, clipping)."""
+        """One optimiser step over ``batch`` (micro-batched, gradient accumulation, clipping); returns
+        at least ``loss``, ``grad_norm`` and ``lr``. ``loss_fn.needs_entropy`` (when set) asks for entropy."""
 
     @abc.abstractmethod
     def export_weights(self) -> dict[str, Any]:
@@ -113,3 +151,35 @@ class TrainStrategy(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote, exactly."""
+
+
+class CriticStrategy(WorkerStrategy, abc.ABC):
+    """A value model for ``critic`` (estimators registered with ``needs_critic``, e.g. ``gae``).
+
+    A train strategy offers one through its registration's ``critic`` option.
+    """
+
+    @property
+    @abc.abstractmethod
+    def mini_batch_size(self) -> int:
+        """As :attr:`TrainStrategy.mini_batch_size`."""
+
+    @abc.abstractmethod
+    def compute_values(self, batch: Mapping[str, Any]) -> Any:
+        """Label-aligned values ``[B, L-1]`` masked by ``response_mask[:, 1:]``, on CPU."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: Mapping[str, Any], loss_fn: Callable[..., Any]) -> dict[str, float]:
+        """One optimiser step of ``loss_fn(micro_batch, values) -> (loss, metrics)`` over ``batch``."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str) -> None:
+        """Everything :meth:`load_checkpoint` needs to continue exactly."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Restore :meth:`save_checkpoint`'s state."""
+
+
+#: ``role`` registration option -> the contract a strategy of that role implements
+ROLE_CONTRACTS: dict[str, type[WorkerStrategy]] = {"train": TrainStrategy, "infer": InferStrategy}

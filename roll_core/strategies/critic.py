@@ -26,6 +26,7 @@ import torch
 
 from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.strategies.base import CriticStrategy
 from roll_core.strategies.hf_common import (
     load_state_dict_checked,
     resolve_attn_implementation,
@@ -33,15 +34,15 @@ from roll_core.strategies.hf_common import (
     set_num_threads,
     torch_dtype,
 )
-from roll_core.strategies.hf_train import (
-    OptimizedModel,
+from roll_core.strategies.hf_train import OptimizedModel
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
+from roll_core.strategies.tensors import (
     mask_or_none,
     micro_batches,
     positions,
     read_safetensors_dir,
     validate_batch,
 )
-from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 #: ``value_loss_fn(micro_batch, values) -> (loss, metrics)``
@@ -64,7 +65,7 @@ class ValueModel(torch.nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-class HFCriticStrategy(OptimizedModel):
+class HFCriticStrategy(OptimizedModel, CriticStrategy):
     """Value model training for GAE (see the module docstring); same arguments as ``hf_train``'s actor.
 
     Args:

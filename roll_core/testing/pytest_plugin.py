@@ -18,6 +18,14 @@ def roll_check_env():
 
 
 @pytest.fixture
+def roll_check_strategy():
+    """:func:`roll_core.testing.check_strategy`: ``roll_check_strategy("my_backend", missing=("lib",))``."""
+    from roll_core.testing import check_strategy
+
+    return check_strategy
+
+
+@pytest.fixture
 def roll_smoke_rollout():
     """:func:`roll_core.testing.smoke_rollout`: play random or scripted episodes, get stats."""
     from roll_core.testing import smoke_rollout

@@ -14,7 +14,8 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 from roll_core.strategies.critic import VALUE_HEAD_FILE, HFCriticStrategy
 from roll_core.strategies.hf_infer import HFInferStrategy
-from roll_core.strategies.hf_train import HFTrainStrategy, micro_batches
+from roll_core.strategies.hf_train import HFTrainStrategy
+from roll_core.strategies.tensors import micro_batches
 
 
 def make_batch(prompts, responses, pad_id=0):

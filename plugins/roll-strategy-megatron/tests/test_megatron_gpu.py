@@ -40,7 +40,8 @@ def tiny(tmp_path_factory):
 def test_matches_hf_train_and_round_trips(tiny, tmp_path):
     from roll_strategy_megatron.strategy import MegatronTrainStrategy
 
-    from roll_core.strategies.hf_train import HFTrainStrategy, read_safetensors_dir
+    from roll_core.strategies.hf_train import HFTrainStrategy
+    from roll_core.strategies.tensors import read_safetensors_dir
 
     batch, loss_fn = batch_and_loss()
     ours = MegatronTrainStrategy(tiny, **ARGS)

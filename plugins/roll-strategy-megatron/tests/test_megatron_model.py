@@ -12,7 +12,7 @@ from _megatron_helpers import tiny_qwen2, vocab_parallel_rank
 from roll_strategy_megatron.conversion import Qwen2Layout, hf_to_megatron, megatron_to_hf, save_hf_checkpoint
 from roll_strategy_megatron.logprobs import vocab_parallel_token_log_probs
 
-from roll_core.strategies.hf_train import token_log_probs
+from roll_core.strategies.tensors import token_log_probs
 
 
 def free_port() -> int:

@@ -159,7 +159,7 @@ def test_abort_returns_partial_outputs_and_weight_sync_waits_for_running_calls(e
 
 def test_weight_update_changes_outputs_and_bumps_the_version(engine, hf_infer, peaked_dir, other_peaked_dir):
     from roll_core.strategies.hf_infer import HFInferStrategy
-    from roll_core.strategies.hf_train import read_safetensors_dir
+    from roll_core.strategies.tensors import read_safetensors_dir
 
     batch = requests(6)
     before = engine.generate(batch)

@@ -56,14 +56,14 @@ from roll_core.strategies.hf_common import (  # noqa: E402
     set_num_threads,
     torch_dtype,
 )
-from roll_core.strategies.hf_train import (  # noqa: E402
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
+from roll_core.strategies.tensors import (  # noqa: E402
     mask_or_none,
     micro_batches,
     positions,
     token_log_probs,
     validate_batch,
 )
-from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
 from roll_strategy_deepspeed.config import AUTO, TrainingNumbers, build_deepspeed_config  # noqa: E402
 
 DS_DIR = "deepspeed"

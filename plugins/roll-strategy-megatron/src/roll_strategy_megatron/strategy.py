@@ -39,13 +39,13 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import LossFn, TrainStrategy
 from roll_core.strategies.hf_common import DTYPES, set_num_threads
-from roll_core.strategies.hf_train import (
+from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
+from roll_core.strategies.tensors import (
     micro_batches,
     positions,
     read_safetensors_dir,
     validate_batch,
 )
-from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_strategy_megatron.conversion import (
     Qwen2Layout,
     check_parallel_sizes,

@@ -1,0 +1,99 @@
+"""Batches, log-probs and weight files: what every train strategy does the same way.
+
+Public for backend plugins (``deepspeed_train``, ``megatron_train``, a third party's): a batch is
+validated, cut into micro-batches trimmed to their longest row, fed with position ids counted from
+each row's first real token, and scored with label-aligned log-probs exactly like ``hf_train``
+does, so log-probs of two backends agree on the same weights.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from roll_core.errors import RollError
+
+#: the keys every training batch has (see :mod:`roll_core.strategies.base`)
+REQUIRED_KEYS = ("input_ids", "attention_mask", "response_mask")
+
+
+def validate_batch(batch: Mapping[str, Any]) -> None:
+    missing = [k for k in REQUIRED_KEYS if k not in batch]
+    if missing:
+        raise RollError(f"training batch lacks {missing}; it needs {list(REQUIRED_KEYS)} (see strategies.base).")
+    shape = tuple(batch["input_ids"].shape)
+    if len(shape) != 2 or shape[1] < 2:
+        raise RollError(f"input_ids must be [B, L] with L >= 2, got {list(shape)}.")
+    for key in REQUIRED_KEYS[1:]:
+        if tuple(batch[key].shape) != shape:
+            raise RollError(f"{key} has shape {list(batch[key].shape)}, input_ids {list(shape)}.")
+
+
+def micro_batches(batch: Mapping[str, Any], size: int, device: Any) -> Iterator[tuple[dict[str, Any], int, int]]:
+    """Yield ``(micro_batch, rows, width)``: rows ``[i, i+size)``, trimmed to their longest row.
+
+    Per-row entries are sliced: tensors with ``B`` rows (width ``L`` cut to ``width``, ``L-1`` to
+    ``width-1``, moved to ``device``) and sequences of length ``B``; anything else passes through.
+    """
+    batch_size, length = batch["input_ids"].shape
+    for start in range(0, batch_size, size):
+        rows = slice(start, min(start + size, batch_size))
+        mask = batch["attention_mask"][rows]
+        used = mask.bool().any(dim=0).nonzero()
+        width = max(2, int(used.max()) + 1 if len(used) else 2)
+        mb: dict[str, Any] = {}
+        for key, value in batch.items():
+            if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == batch_size:
+                value = value[rows]
+                if value.dim() >= 2 and value.shape[1] in (length, length - 1):
+                    value = value[:, : width - (length - value.shape[1])]
+                mb[key] = value.to(device)
+            elif isinstance(value, (list, tuple)) and len(value) == batch_size:
+                mb[key] = value[rows]
+            else:
+                mb[key] = value
+        yield mb, rows.stop - rows.start, width
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted from each row's first real token (right or left padding alike)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def mask_or_none(mask: torch.Tensor) -> torch.Tensor | None:
+    """No mask when nothing is padded: lets attention take its causal fast path."""
+    return None if bool(mask.bool().all()) else mask
+
+
+def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor,
+                    temperature: float = 1.0, with_entropy: bool = False):
+    """Label-aligned log-probs (and entropy) of ``input_ids[:, 1:]``, masked by ``response_mask[:, 1:]``."""
+    z = logits[:, :-1].float()
+    if temperature != 1.0:
+        z = z / temperature
+    labels = input_ids[:, 1:].unsqueeze(-1)
+    lse = torch.logsumexp(z, dim=-1)
+    mask = response_mask[:, 1:].to(z.dtype)
+    log_probs = (z.gather(-1, labels).squeeze(-1) - lse) * mask
+    entropy = None
+    if with_entropy:
+        entropy = (lse - (torch.softmax(z, dim=-1) * z).sum(-1)) * mask
+    return log_probs, entropy
+
+
+def read_safetensors_dir(path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files in ``path`` (sharded checkpoints too)."""
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    files = [f for f in files if not os.path.basename(f).startswith("value_head")]
+    if not files:
+        raise RollError(f"{path} holds no .safetensors weights; is it a checkpoint written by save_checkpoint?")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state
