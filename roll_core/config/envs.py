@@ -9,17 +9,30 @@ validates it against the selected env plugin's ``config_model``.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from roll_core.config.base import FreeDict, RollModel, compat
-from roll_core.config.workers import WorkerConfig
+from roll_core.config.workers import (
+    DataArgs,
+    DeviceMapping,
+    GeneratingArgs,
+    ModelArgs,
+    StrategyArgs,
+    TrainingArgs,
+    WorkerConfig,
+)
+
+#: why an env manager's model / device fields do nothing (ROLL's env managers derive from WorkerConfig)
+_ENV_WORKER = "Env managers run envs on CPU; the model, its backend and devices are actor_infer's."
 
 
 class LLMProxyConfig(RollModel):
     """Who answers the env's prompts (ROLL: policy, openai, random)."""
 
     proxy_type: str = "policy"
-    proxy_config: FreeDict = Field(default_factory=dict)
+    proxy_config: FreeDict = compat({}, "roll's proxies (policy, random, scripted) take no settings.")
 
 
 class EnvManagerConfig(WorkerConfig):
@@ -36,10 +49,28 @@ class EnvManagerConfig(WorkerConfig):
         None, description="Groups per tag, in tags order; unset: split equally."
     )
     max_env_num_per_worker: int = Field(0, ge=0, description="Envs per env-manager worker; 0: all in one.")
-    max_traj_per_env: int = Field(-1, description="Trajectories per env per step; -1: derived.")
+    max_traj_per_env: int = Field(
+        -1, description="Episodes each env group may start per training step (per validation pass); -1: no cap."
+    )
     format_penalty: float = Field(0.0, description="Reward of a response without a valid action.")
     llm_proxy: LLMProxyConfig = Field(default_factory=LLMProxyConfig)
     group_filter_cls: str | None = compat(None)
+    model_args: ModelArgs = compat(ModelArgs(), _ENV_WORKER)
+    training_args: TrainingArgs = compat(TrainingArgs(), _ENV_WORKER)
+    generating_args: GeneratingArgs | None = compat(None, _ENV_WORKER)
+    data_args: DataArgs | None = compat(None, _ENV_WORKER)
+    strategy_args: StrategyArgs | None = compat(None, _ENV_WORKER)
+    device_mapping: DeviceMapping = compat(None, _ENV_WORKER)
+    num_gpus_per_worker: int = compat(1, _ENV_WORKER)
+    world_size: int | None = compat(None, _ENV_WORKER)
+    infer_batch_size: int = compat(16, _ENV_WORKER)
+
+    @field_validator("max_traj_per_env")
+    @classmethod
+    def _positive_or_unlimited(cls, value: Any) -> Any:
+        if value == 0 or value < -1:
+            raise ValueError(f"max_traj_per_env must be a positive number of episodes or -1 (no cap), got {value}")
+        return value
 
     @property
     def final_group_size(self) -> int:

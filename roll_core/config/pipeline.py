@@ -43,15 +43,21 @@ class RunSettings(RollModel):
     output_dir: str = "./output"
     logging_dir: str = "./output/logs"
     render_save_dir: str | None = Field(None, description="Where frames / GIFs of trajectories go.")
-    track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = "tensorboard"
-    tracker_kwargs: FreeDict = Field(default_factory=dict)
+    track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = Field(
+        "tensorboard", description="Where metrics go besides the progress line: tensorboard (event files under "
+        "logging_dir), wandb, or stdout (the progress line only)."
+    )
+    tracker_kwargs: FreeDict = Field(
+        default_factory=dict, description="Settings of the tracker: SummaryWriter's (log_dir, flush_secs, ...) "
+        "or wandb.init's (project, entity, name, tags, mode, ...)."
+    )
     max_steps: int = Field(500, description="Pipeline steps; -1: no limit.")
     save_steps: int = Field(50, ge=0, description="Checkpoint every N steps (0: never).")
     logging_steps: int = Field(1, ge=1)
     eval_steps: int = Field(10, ge=0, description="Validate every N steps (0: never).")
     max_ckpt_to_keep: int = Field(0, ge=0, description="0 keeps every checkpoint.")
     resume_from_checkpoint: bool | str = Field(False, description="False, or the checkpoint path to resume.")
-    checkpoint_config: FreeDict = Field(default_factory=dict)
+    checkpoint_config: FreeDict = compat({}, "Checkpoints go to output_dir on the local file system.")
     rollout_batch_size: int = Field(128, ge=1, description="Trajectories (agentic) / prompts (RLVR) per step.")
     val_batch_size: int = Field(128, description="Samples per validation; negative: run every val env once.")
     prompt_length: int | None = Field(1024, ge=1)
@@ -64,8 +70,8 @@ class RunSettings(RollModel):
     )
     max_running_requests: int = Field(128, ge=1)
     is_num_return_sequences_expand: bool = False
-    num_nodes: int = Field(1, ge=1)
-    num_gpus_per_node: int = Field(8, ge=0)
+    num_nodes: int = compat(1, "The Ray cluster's nodes are used as they are.")
+    num_gpus_per_node: int = compat(8, "The Ray cluster's GPUs are used as they are.")
     system_envs: dict[str, str] = Field(default_factory=dict)
     generate_opt_level: int = compat(1)
     is_use_additional_prompts: bool = compat(False)
@@ -145,6 +151,8 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
     @model_validator(mode="after")
     def _check_common(self):
         problems = []
+        if self.track_with == "swanlab":
+            problems.append("track_with: swanlab is not supported by roll; use tensorboard, wandb or stdout")
         if self.effective_sequence_length is None:
             problems.append(
                 "set sequence_length (or prompt_length and response_length): it bounds every sample's length"
@@ -176,8 +184,8 @@ class AgenticConfig(PipelineConfig):
     episode_reward_weight: float = Field(1.0, description="GiGPO: weight of the episode-level advantage.")
     step_reward_weight: float = Field(1.0, description="GiGPO: weight of the step-level advantage.")
     step_reward_gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount of per-step env rewards.")
-    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = Field(
-        "copy", description="How a batch with a wrong number of samples is fixed up."
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = compat(
+        "copy", "A batch is always rollout_batch_size complete groups."
     )
 
     def env_managers(self) -> dict[str, EnvManagerConfig]:
@@ -188,6 +196,15 @@ class AgenticConfig(PipelineConfig):
         problems: list[str] = []
         for path, manager in self.env_managers().items():
             problems += manager.partition_problems(path)
+        for path, manager, batch in (("train_env_manager", self.train_env_manager, self.rollout_batch_size),
+                                     ("val_env_manager", self.val_env_manager, self.val_batch_size)):
+            cap = manager.max_traj_per_env
+            if cap > 0 and batch > cap * manager.num_env_groups * manager.group_size:
+                problems.append(
+                    f"{path}.max_traj_per_env ({cap}) lets its {manager.num_env_groups} groups of "
+                    f"{manager.group_size} play at most {cap * manager.num_env_groups * manager.group_size} "
+                    f"episodes per step, fewer than the batch of {batch}; raise it or set -1 (no cap)"
+                )
         group_size = self.train_env_manager.group_size
         if self.rollout_batch_size % group_size:
             problems.append(
@@ -231,21 +248,29 @@ class RLVRConfig(PipelineConfig):
         None, description="ROLL's RLVR name of ratio_type (seq: GSPO's sequence ratio); resolve copies it there."
     )
     max_len_mask: bool = Field(False, description="Do not train on responses cut at the length limit.")
-    mask_type: Literal["all", "loss"] = "loss"
-    difficulty_mask: bool = Field(False, description="Train only on prompts of intermediate difficulty.")
-    difficulty_low_threshold: float = 0.0
-    difficulty_high_threshold: float = 1.0
-    error_max_len_clip: bool = False
-    error_max_len_threshold: int = 9999999999
-    difficulty_loss_weight: bool = False
-    length_loss_weight: bool = False
-    balance_length: bool = False
-    minibatch_data_iter_num: int = Field(1, ge=1)
+    mask_type: Literal["all", "loss"] = compat("loss", "The sample masks always apply to the loss terms.")
+    difficulty_mask: bool = Field(
+        False, description="Train only on prompts whose group-mean score is strictly between the thresholds."
+    )
+    difficulty_low_threshold: float = Field(0.0, description="difficulty_mask: lower bound of the group mean.")
+    difficulty_high_threshold: float = Field(1.0, description="difficulty_mask: upper bound of the group mean.")
+    error_max_len_clip: bool = Field(
+        False, description="Train on a failed response (score <= 0) only when it is shorter than the threshold."
+    )
+    error_max_len_threshold: int = Field(9999999999, ge=1, description="error_max_len_clip: length in tokens.")
+    difficulty_loss_weight: bool = Field(
+        False, description="Weight the PG term of each response by 0.5 + 1.5 x its prompt's failure rate."
+    )
+    length_loss_weight: bool = Field(
+        False, description="Weight the PG term of each response by 1.5 - its length / the longest response."
+    )
+    balance_length: bool = compat(False, "Batches are split over ranks balanced by tokens already.")
+    minibatch_data_iter_num: int = compat(1, "ppo_epochs sets the passes over a batch.")
     val_greedy: bool = False
     val_n_sample: int = Field(1, ge=1)
     global_template: str | None = None
-    dataset_filter: DatasetFilterConfig = Field(default_factory=DatasetFilterConfig)
-    reward_model: WorkerConfig | None = None
+    dataset_filter: DatasetFilterConfig = compat(DatasetFilterConfig(), "Every row of the data files is used.")
+    reward_model: WorkerConfig | None = compat(None, "Rewards come from registered reward functions (rewards).")
     save_logging_board_dir: str | None = compat(None)
     vlm_filter: VLMFilterConfig = compat(VLMFilterConfig())
     postive_loss_coef: float = compat(0.0)

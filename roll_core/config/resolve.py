@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from roll_core.config.base import compat_warnings
 from roll_core.config.errors import ConfigWarning, config_error, warn
 from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
 from roll_core.config.run import ROLES, EnvBinding, Run, env_class, installed_version
@@ -166,6 +167,11 @@ class _Resolver:
             if worker in wanted and (self.roles is None or worker in self.roles):
                 self.strategy(worker)
 
+        from roll_core.pipeline.tracking import check_tracker
+
+        check_tracker(c.track_with, c.tracker_kwargs)
+        for line in compat_warnings(c):
+            self.note(line)
         if isinstance(c, AgenticConfig):
             self.agentic(c)
         elif isinstance(c, RLVRConfig):
@@ -298,6 +304,11 @@ class _Resolver:
             d["is_num_return_sequences_expand"] = True
             self.note("is_num_return_sequences_expand is switched on: asynchronous RLVR generates each of the "
                       f"{n} responses of a prompt as its own request")
+        from roll_core.data.prompts import check_dataset_type
+
+        for args in (c.actor_train.data_args, c.validation.data_args if c.validation else None):
+            if args is not None:
+                check_dataset_type(args.dataset_type)
         if c.importance_sampling is not None:  # ROLL's RLVR name of the one ratio setting
             if "ratio_type" in c.model_fields_set and c.ratio_type != c.importance_sampling:
                 raise ConfigError(f"importance_sampling ({c.importance_sampling}) and ratio_type ({c.ratio_type}) "

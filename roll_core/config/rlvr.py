@@ -12,7 +12,21 @@ from typing import Literal
 from pydantic import Field
 
 from roll_core.config.base import FreeDict, RollModel, compat
-from roll_core.config.workers import GeneratingArgs, WorkerConfig
+from roll_core.config.workers import (
+    DataArgs,
+    DeviceMapping,
+    GeneratingArgs,
+    ModelArgs,
+    StrategyArgs,
+    TrainingArgs,
+    WorkerConfig,
+)
+
+#: why a reward domain's worker fields do nothing
+_REWARD_WORKER = ("roll scores with registered reward functions (reward_type) in the driver; there are no "
+                  "reward-model workers.")
+_FILTER = "roll trains on every scored prompt; ROLL's reward filters are not implemented."
+_JUDGE = "No built-in reward calls an LLM judge; a reward plugin takes its own settings."
 
 
 class RewardFilterConfig(RollModel):
@@ -26,14 +40,24 @@ class RewardConfig(WorkerConfig):
     reward_type: str | None = Field(None, description="Registered reward function; default: the domain key.")
     tag_included: list[str] = Field(default_factory=list, description="Data tags scored by this domain.")
     response_length_penalty_coef: float = 0.0
-    query_filter_config: RewardFilterConfig = Field(default_factory=RewardFilterConfig)
-    response_filter_config: RewardFilterConfig = Field(default_factory=RewardFilterConfig)
+    query_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
+    response_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
     format_pattern: str | None = None
-    judge_prompt: str | None = None
-    judge_model_type: str | None = None
-    judge_model_name: str | None = None
-    judge_api_url: str | None = None
-    judge_api_key: str | None = None
+    judge_prompt: str | None = compat(None, _JUDGE)
+    judge_model_type: str | None = compat(None, _JUDGE)
+    judge_model_name: str | None = compat(None, _JUDGE)
+    judge_api_url: str | None = compat(None, _JUDGE)
+    judge_api_key: str | None = compat(None, _JUDGE)
+    model_args: ModelArgs = compat(ModelArgs(), _REWARD_WORKER)
+    training_args: TrainingArgs = compat(TrainingArgs(), _REWARD_WORKER)
+    generating_args: GeneratingArgs | None = compat(None, _REWARD_WORKER)
+    data_args: DataArgs | None = compat(None, _REWARD_WORKER)
+    strategy_args: StrategyArgs | None = compat(None, _REWARD_WORKER)
+    device_mapping: DeviceMapping = compat(None, _REWARD_WORKER)
+    num_gpus_per_worker: int = compat(1, _REWARD_WORKER)
+    world_size: int | None = compat(None, _REWARD_WORKER)
+    infer_batch_size: int = compat(16, _REWARD_WORKER)
+    system_envs: dict[str, str] = compat({}, _REWARD_WORKER)
     code_url: str | None = compat(None)
     use_local: bool = compat(True)
     reward_manager_config: list[FreeDict] = compat([])
@@ -44,6 +68,14 @@ class ValidationConfig(WorkerConfig):
 
     generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs)
     eval_steps: int | None = compat(None, "The top-level eval_steps decides.")
+    model_args: ModelArgs = compat(ModelArgs(), "Validation generates with actor_infer's model.")
+    training_args: TrainingArgs = compat(TrainingArgs(), "Validation does not train.")
+    strategy_args: StrategyArgs | None = compat(None, "Validation generates with actor_infer's backend.")
+    device_mapping: DeviceMapping = compat(None, "Validation generates with actor_infer's workers.")
+    num_gpus_per_worker: int = compat(1, "Validation generates with actor_infer's workers.")
+    world_size: int | None = compat(None, "Validation generates with actor_infer's workers.")
+    infer_batch_size: int = compat(16, "Validation generates with actor_infer's workers.")
+    system_envs: dict[str, str] = compat({}, "Validation generates with actor_infer's workers.")
 
 
 class DatasetFilterConfig(RollModel):

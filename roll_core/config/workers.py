@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from roll_core.config.base import FreeDict, NoneStr, RollModel, compat
+from roll_core.config.base import FreeDict, NoneStr, RollModel, compat, fixed
 from roll_core.config.device_mapping import parse_device_mapping
 
 
@@ -23,25 +23,29 @@ class ModelArgs(RollModel):
     model_name_or_path: str | None = Field(
         None, description="HF id or local path; defaults to `pretrain` (critic: `reward_pretrain`)."
     )
-    adapter_name_or_path: str | None = None
+    adapter_name_or_path: str | None = compat(None, "LoRA is not implemented yet: adapters are not loaded.")
     attn_implementation: Annotated[
         Literal["sdpa", "fa2", "flash_attention_2", "eager", "auto"] | None, NoneStr
     ] = Field(None, description="Attention kernel; `fa2` is flash-attention 2. None: the model's default.")
     dtype: Literal["fp32", "bf16", "fp16"] | None = Field("bf16", description="Parameter dtype.")
     disable_gradient_checkpointing: bool = False
     gradient_checkpointing_use_reentrant: bool | None = None
-    model_type: str | None = Field(None, description="Model head type (e.g. causal_lm, trl for a value head).")
-    num_labels: int = Field(1, ge=1)
-    model_config_kwargs: FreeDict = Field(default_factory=dict, description="Extra kwargs for the HF config.")
-    freeze_module_prefix: str | None = None
-    moe_aux_loss_coef: float | None = None
-    ulysses_size: int = Field(1, ge=1)
-    lora_target: str | None = None
-    lora_rank: int = Field(8, ge=1)
-    lora_alpha: int | None = None
-    lora_dropout: float = Field(0.0, ge=0.0, le=1.0)
-    additional_target: str | None = None
-    autocast_adapter_dtype: bool = True
+    model_type: str | None = compat(None, "The role decides the head: a value head for critic, the LM head otherwise.")
+    num_labels: int = compat(1, "roll's critic head is one scalar per token.")
+    model_config_kwargs: FreeDict = Field(
+        default_factory=dict, description="Overrides of the model's HF config (e.g. {dropout: 0.0}) when it is loaded."
+    )
+    freeze_module_prefix: str | None = Field(
+        None, description="Comma-separated parameter-name prefixes that are not trained (e.g. model.embed_tokens)."
+    )
+    moe_aux_loss_coef: float | None = compat(None, "roll's built-in backends train dense models.")
+    ulysses_size: int = compat(1, "Ulysses sequence parallelism is not implemented; sequences stay on one rank.")
+    lora_target: str | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    lora_rank: int = compat(8, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    lora_alpha: int | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    lora_dropout: float = compat(0.0, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    additional_target: str | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    autocast_adapter_dtype: bool = compat(True, "LoRA is not implemented yet: the whole model is fine-tuned.")
     device_map: str | None = compat("balanced")
     vision_dp: bool = compat(False)
     flash_attn: str | None = compat(None, "ROLL ignores it too (several ROLL examples carry it); use "
@@ -58,42 +62,52 @@ class TrainingArgs(RollModel):
     adam_epsilon: float = Field(1e-8, gt=0.0)
     max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
     per_device_train_batch_size: int = Field(8, ge=1)
-    per_device_eval_batch_size: int = Field(8, ge=1)
+    per_device_eval_batch_size: int = compat(8, "infer_batch_size sets the micro-batch of forward passes.")
     gradient_accumulation_steps: int = Field(1, ge=1)
-    num_train_epochs: float = Field(3.0, ge=0.0)
+    num_train_epochs: float = compat(3.0, "The pipeline's max_steps and ppo_epochs decide how long training runs.")
     max_steps: int = Field(-1, description="Optimiser steps; -1: derived from the pipeline's max_steps.")
     lr_scheduler_type: str = Field("linear", description="A transformers SchedulerType name.")
     lr_scheduler_kwargs: FreeDict = Field(default_factory=dict)
     warmup_steps: int | float = Field(0, ge=0)
     warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)
-    optim: str = "adamw_torch"
-    seed: int = 42
-    data_seed: int | None = None
-    bf16: bool = False
-    fp16: bool = False
-    gradient_checkpointing: bool = False
-    dataloader_num_workers: int = Field(0, ge=0)
+    optim: Literal["adamw_torch", "adamw_torch_fused", "adamw_hf", "sgd", "adafactor"] = Field(
+        "adamw_torch", description="Optimizer (HF TrainingArguments names): AdamW, fused AdamW, SGD or Adafactor."
+    )
+    seed: int = compat(42, "The top-level seed seeds every worker.")
+    data_seed: int | None = compat(None, "The top-level seed orders the data.")
+    bf16: bool = compat(False, "model_args.dtype sets the precision.")
+    fp16: bool = compat(False, "model_args.dtype sets the precision.")
+    gradient_checkpointing: bool = compat(False, "model_args.disable_gradient_checkpointing decides, as in ROLL.")
+    dataloader_num_workers: int = compat(0, "Batches come from the rollout, not a data loader.")
     output_dir: str | None = compat(None, "ROLL copies the top-level output_dir here.")
     logging_steps: int | float = compat(500)
     save_steps: int | float = compat(500)
+
+
+#: why beam search and repetition penalties are refused
+_SAMPLING_ONLY = ("roll samples token by token and trains on the sampled tokens' log-probs, so beam search and "
+                  "repetition penalties (the sampled tokens' log-probs would differ from the policy's) are not "
+                  "supported.")
 
 
 class GeneratingArgs(RollModel):
     """Sampling settings of a generating worker (``generating_args``)."""
 
     max_new_tokens: int | None = Field(1024, ge=1)
-    max_length: int | None = Field(1024, ge=1)
+    max_length: int | None = compat(1024, "max_new_tokens and sequence_length bound the length.")
     temperature: float = Field(0.95, ge=0.0)
     top_p: float = Field(0.7, gt=0.0, le=1.0)
     top_k: int = Field(50, ge=-1, description="0 or -1: no top-k filtering.")
     do_sample: bool = True
-    num_beams: int = Field(1, ge=1)
+    num_beams: int = fixed(1, _SAMPLING_ONLY)
     num_return_sequences: int = Field(1, ge=1)
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    length_penalty: float = 1.0
+    repetition_penalty: float = fixed(1.0, _SAMPLING_ONLY)
+    length_penalty: float = fixed(1.0, _SAMPLING_ONLY)
     stop_strings: list[str] | None = None
-    include_stop_str_in_output: bool | None = None
-    logprobs: int | None = None
+    include_stop_str_in_output: bool | None = compat(
+        None, "roll trains on the generated tokens, so a stop string that was generated stays in the response."
+    )
+    logprobs: int | None = compat(None, "The log-prob of every sampled token is always returned.")
 
 
 class DataArgs(RollModel):
@@ -105,9 +119,11 @@ class DataArgs(RollModel):
     domain_interleave_probs: dict[str, float] | None = Field(
         None, description="Sampling probability of each RLVR domain in a batch."
     )
-    dataset_type: str | list[str] | None = "json"
-    preprocessing_num_workers: int | None = None
-    cache_path: str | None = None
+    dataset_type: str | list[str] | None = Field(
+        "json", description="Format of file_name: json or jsonl (one object per line; both names mean that)."
+    )
+    preprocessing_num_workers: int | None = compat(None, "Prompts are tokenised once, in the driver.")
+    cache_path: str | None = compat(None, "Prompts are tokenised at start-up, not cached.")
     tag: str | None = Field("tag", description="Column holding the domain tag.")
     id: str | None = Field("id", description="Column holding the sample id.")
     prompt: str | None = Field(None, description="Column holding the prompt (exclusive with messages).")
@@ -167,8 +183,9 @@ class WorkerConfig(RollModel):
     world_size: int | None = Field(None, ge=1, description="Number of workers; derived from device_mapping.")
     infer_batch_size: int = Field(16, ge=1, description="Micro-batch size of forward-only passes.")
     system_envs: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workers.")
-    apply_loss_scale: bool = Field(
-        True, description="Scale micro-batch losses so gradients equal those of the whole global batch."
+    apply_loss_scale: bool = compat(
+        True, "roll always divides every micro-batch loss by the whole step's normalisers, so gradients equal "
+        "those of the global batch (docs/algorithms.md)."
     )
     name: str | None = compat(None, "ROLL sets it from the section name.")
     worker_cls: str | None = compat(None, "roll picks worker classes itself.")

@@ -75,6 +75,18 @@ def renderer(template: str | None) -> Callable[[Any, Messages], str]:
     return TEMPLATES[name]
 
 
+#: data_args.dataset_type values roll reads (ROLL's "json" files are JSON lines)
+DATASET_TYPES = ("json", "jsonl")
+
+
+def check_dataset_type(dataset_type: str | Sequence[str] | None) -> None:
+    """Refuse a dataset type roll cannot read, instead of reading the file as JSON lines anyway."""
+    for kind in [dataset_type] if isinstance(dataset_type, str) or dataset_type is None else dataset_type:
+        if kind is not None and kind not in DATASET_TYPES:
+            raise ConfigError(f"data_args.dataset_type {kind!r} is not supported: roll reads JSON-lines files "
+                              f"({' or '.join(DATASET_TYPES)}); convert the data, e.g. with pandas' to_json(lines=True).")
+
+
 def resolve_path(path: str) -> str:
     """``path`` as given (relative to the working directory, as ROLL reads it), checked to exist."""
     full = os.path.abspath(os.path.expanduser(path))
@@ -164,6 +176,7 @@ def _reference(row: Mapping[str, Any], data_args: Any) -> str | None:
 def load_prompts(paths: str | Sequence[str], tokenizer: Any, *, data_args: Any, rewards: Mapping[str, Any],
                  prompt_length: int | None, template: str | None = None) -> list[PromptRow]:
     """Read, render, tokenise, tag and length-filter the prompts of ``paths``."""
+    check_dataset_type(data_args.dataset_type)
     render = renderer(template or data_args.template)
     tags = domain_table(rewards)
     rows: list[PromptRow] = []

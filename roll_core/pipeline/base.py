@@ -88,7 +88,9 @@ class TrainingLoop:
         self.step = 0
         self.kl_ctrl = kl_controller_from_config(config)
         self.stream = stream
-        self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream)
+        self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream,
+                                      track_with=config.track_with, tracker_kwargs=config.tracker_kwargs,
+                                      run_name=config.exp_name, config=config.model_dump(mode="json"))
         self.workers: dict[str, Any] = {}
         self.generation: Any = None
         self.train_rollout: Any = None

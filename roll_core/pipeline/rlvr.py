@@ -51,6 +51,7 @@ class RLVRPipeline(TrainingLoop):
     # -- setup ---------------------------------------------------------------------------------
     def start_rollouts(self) -> None:
         """Tokenizer, prompts, reward functions, the inference workers and the rollout around them."""
+        from roll_core.algorithms.sample_masks import SampleMaskSettings
         from roll_core.data import PromptSampler, load_prompts
         from roll_core.rollout.rewards import RewardDispatcher
         from roll_core.rollout.rlvr import RLVRRollout
@@ -75,7 +76,7 @@ class RLVRPipeline(TrainingLoop):
             scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
             sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
-            async_ratio=c.async_generation_ratio, pad_id=self.pad_id, max_len_mask=c.max_len_mask)
+            async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c))
         val_files, val_args = self.validation_files()
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,

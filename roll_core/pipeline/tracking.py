@@ -1,17 +1,23 @@
-"""Metrics of a run: TensorBoard scalars, a one-line progress report per step, a learning curve.
+"""Metrics of a run: a tracker (TensorBoard, wandb), a one-line progress report per step, a learning curve.
 
-The tracker keeps the whole scalar history in memory (a few hundred numbers per step), so the
-curve can be redrawn at every evaluation and the history survives a resume through
-:meth:`MetricsTracker.state_dict` (the curve of a resumed run shows the steps before the kill too).
+``track_with`` picks the tracker from :data:`TRACKERS` and ``tracker_kwargs`` are its settings
+(checked by :func:`check_tracker` when the config is resolved, before anything starts);
+``stdout`` keeps only the progress line. The tracker keeps the whole scalar history in memory (a
+few hundred numbers per step), so the curve can be redrawn at every evaluation and the history
+survives a resume through :meth:`MetricsTracker.state_dict` (the curve of a resumed run shows the
+steps before the kill too).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from roll_core.errors import ConfigError, did_you_mean
 
 #: (label in the progress line, metric key, format); missing keys are left out of the line
 PROGRESS_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -32,29 +38,91 @@ CURVE_SERIES: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
 )
 
 
-class MetricsTracker:
-    """TensorBoard writer + in-memory history + progress line + learning-curve PNG."""
+class TensorBoardWriter:
+    """Scalars as TensorBoard event files under ``log_dir`` (default: ``logging_dir``)."""
 
-    def __init__(self, logging_dir: str | None, *, title: str = "", stream=None):
+    #: SummaryWriter's settings a config may give in tracker_kwargs
+    SETTINGS = ("log_dir", "comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
+    requires = "tensorboard"
+
+    def __init__(self, logging_dir: str, run_name: str, config: Mapping[str, Any], **kwargs: Any):
+        from torch.utils.tensorboard import SummaryWriter
+
+        log_dir = kwargs.pop("log_dir", None) or logging_dir
+        os.makedirs(log_dir, exist_ok=True)
+        self.writer = SummaryWriter(log_dir=log_dir, **kwargs)
+
+    def add(self, scalars: Mapping[str, float], step: int) -> None:
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbWriter:
+    """A Weights & Biases run (``wandb.init(**tracker_kwargs)``; offline with ``mode: offline``)."""
+
+    SETTINGS = ("project", "entity", "name", "group", "job_type", "tags", "notes", "mode", "dir", "id",
+                "resume", "anonymous", "save_code")
+    requires = "wandb"
+
+    def __init__(self, logging_dir: str, run_name: str, config: Mapping[str, Any], **kwargs: Any):
+        import wandb
+
+        settings = {"project": "roll", "name": run_name, "dir": logging_dir, "config": dict(config), **kwargs}
+        os.makedirs(settings["dir"], exist_ok=True)
+        self.run = wandb.init(**settings)
+
+    def add(self, scalars: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(scalars), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+#: track_with -> the writer class (None: the progress line alone)
+TRACKERS: dict[str, type | None] = {"tensorboard": TensorBoardWriter, "wandb": WandbWriter, "stdout": None}
+
+
+def check_tracker(track_with: str, tracker_kwargs: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for a tracker that cannot start: unknown setting, library missing."""
+    if track_with not in TRACKERS:
+        raise ConfigError(f"track_with: roll has no {track_with!r} tracker; use one of {', '.join(TRACKERS)}.")
+    writer = TRACKERS[track_with]
+    accepted: tuple[str, ...] = writer.SETTINGS if writer is not None else ()
+    for key in tracker_kwargs:
+        if key not in accepted:
+            raise ConfigError(
+                f"tracker_kwargs.{key}: not a setting of the {track_with} tracker.{did_you_mean(key, accepted)} "
+                f"It takes: {', '.join(accepted) or 'nothing'}."
+            )
+    if writer is not None and importlib.util.find_spec(writer.requires) is None:
+        raise ConfigError(f"track_with: {track_with} needs the {writer.requires} package: pip install {writer.requires}")
+
+
+class MetricsTracker:
+    """A tracker (``track_with``) + in-memory history + progress line + learning-curve PNG."""
+
+    def __init__(self, logging_dir: str | None, *, title: str = "", stream=None, track_with: str = "tensorboard",
+                 tracker_kwargs: Mapping[str, Any] | None = None, run_name: str = "roll",
+                 config: Mapping[str, Any] | None = None):
         self.logging_dir = logging_dir
         self.title = title
         self.stream = stream or sys.stdout
         self.history: list[dict[str, float]] = []  # one dict per logged step, with "step"
         self._writer = None
-        if logging_dir:
-            from torch.utils.tensorboard import SummaryWriter
-
-            os.makedirs(logging_dir, exist_ok=True)
-            self._writer = SummaryWriter(log_dir=logging_dir)
+        writer = TRACKERS[track_with]
+        if logging_dir and writer is not None:
+            self._writer = writer(logging_dir, run_name, config or {}, **dict(tracker_kwargs or {}))
 
     # -- logging -------------------------------------------------------------------------
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Record the scalars of ``step`` (non-finite and non-numeric values are skipped)."""
         scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
         if self._writer is not None:
-            for key, value in scalars.items():
-                self._writer.add_scalar(key, value, step)
-            self._writer.flush()
+            self._writer.add(scalars, step)
         entry = {"step": float(step), **scalars}
         if self.history and self.history[-1]["step"] == step:  # validation added to the same step
             self.history[-1].update(entry)

@@ -60,14 +60,21 @@ class Admission(abc.ABC):
 
 
 class DemandAdmission(Admission):
-    """Admit exactly as many group-episodes as pending ``get_batch`` calls still need."""
+    """Admit exactly as many group-episodes as pending ``get_batch`` calls still need.
 
-    def __init__(self, num_groups: int):
+    ``max_per_group`` (``max_traj_per_env``) caps the new episodes one group starts between two
+    ``get_batch`` calls, so fast groups cannot fill a batch on their own (None: no cap).
+    """
+
+    def __init__(self, num_groups: int, max_per_group: int | None = None):
         super().__init__(num_groups)
         self.demand = 0
+        self.max_per_group = max_per_group
+        self.started = [0] * num_groups
 
     def start_request(self, groups: int) -> None:
         self.demand += groups
+        self.started = [0] * self.num_groups
 
     def end_request(self, groups: int) -> None:
         self.demand -= groups
@@ -76,7 +83,13 @@ class DemandAdmission(Admission):
         return self.demand
 
     def allows(self, group_id: int, busy: int) -> bool:
-        return busy < self.capacity()
+        under_cap = self.max_per_group is None or self.started[group_id] < self.max_per_group
+        return busy < self.capacity() and under_cap
+
+    def take_episode(self, group_id: int) -> int:
+        if not self.returned[group_id]:  # a re-admitted episode was counted when it first started
+            self.started[group_id] += 1
+        return super().take_episode(group_id)
 
 
 class LookaheadAdmission(DemandAdmission):
@@ -90,8 +103,8 @@ class LookaheadAdmission(DemandAdmission):
     its oldest turn falls more than k versions behind (roll_core.rollout.env_manager).
     """
 
-    def __init__(self, num_groups: int, ratio: float):
-        super().__init__(num_groups)
+    def __init__(self, num_groups: int, ratio: float, max_per_group: int | None = None):
+        super().__init__(num_groups, max_per_group)
         self.ratio = ratio
         self.batch_groups = 0
 
@@ -144,9 +157,16 @@ class PlannedAdmission(Admission):
 ADMISSIONS: dict[str, type[Admission]] = {"train": DemandAdmission, "val": PlannedAdmission}
 
 
-def make_admission(mode: str, num_groups: int, async_generation_ratio: float) -> Admission:
-    """Validation plans its passes; training admits on demand, with lookahead when async."""
+def make_admission(mode: str, num_groups: int, async_generation_ratio: float,
+                   max_per_group: int | None = None) -> Admission:
+    """Validation plans its passes; training admits on demand, with lookahead when async.
+
+    A validation pass spreads its episodes evenly over the groups, so ``max_per_group`` (checked
+    against ``val_batch_size`` by the config) needs no enforcing there.
+    """
     cls = ADMISSIONS[mode]
     if cls is DemandAdmission and async_generation_ratio > 0:
-        return LookaheadAdmission(num_groups, async_generation_ratio)
+        return LookaheadAdmission(num_groups, async_generation_ratio, max_per_group)
+    if cls is DemandAdmission:
+        return cls(num_groups, max_per_group)
     return cls(num_groups)

@@ -33,13 +33,14 @@ class GroupQueue:
 
     def __init__(self, *, mode: str, num_groups: int, group_size: int, seed_fn: Any,
                  async_generation_ratio: float = 0.0, version: int = 0, watchdog_interval_s: float = 5.0,
-                 watchdog_timeout_s: float = 60.0, shared: dict[str, Any] | None = None):
+                 watchdog_timeout_s: float = 60.0, shared: dict[str, Any] | None = None,
+                 max_episodes_per_group: int | None = None):
         self.mode = mode
         self.num_groups = num_groups
         self.group_size = group_size
         self.seed_fn = seed_fn  # (group_id, episode_id) -> env seed
         self.max_staleness = int(async_generation_ratio)
-        self.admission = make_admission(mode, num_groups, async_generation_ratio)
+        self.admission = make_admission(mode, num_groups, async_generation_ratio, max_episodes_per_group)
         self.version = version
         self.pass_id = 0
         self.serial = 0

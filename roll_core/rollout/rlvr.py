@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from roll_core.algorithms.sample_masks import SampleMaskSettings, sample_masks
 from roll_core.data import PromptRow, PromptSampler
 from roll_core.rollout.contract import StepBatch
 from roll_core.strategies.base import GenerationRequest, SamplingParams
@@ -106,15 +107,15 @@ def request_seed(seed: int, key: str) -> int:
 class RLVRRollout:
     """Generates and scores batches: a :class:`~roll_core.rollout.contract.TrainingRollout`.
 
-    ``pad_id`` pads the rows of :meth:`next_batch`; with ``max_len_mask`` responses cut by the
-    length limit are left out of the loss (they teach nothing about the answer).
+    ``pad_id`` pads the rows of :meth:`next_batch`; ``masks`` say which responses train and with
+    what weight (:mod:`roll_core.algorithms.sample_masks`: ``max_len_mask``, ``difficulty_mask``...).
     """
 
     def __init__(self, *, scheduler: Any, tokenizer: Any, rewards: Any, sampling: SamplingParams, group_size: int,
                  seed: int, sampler: PromptSampler | None = None, batch_size: int = 0, async_ratio: int = 0,
-                 pad_id: int = 0, max_len_mask: bool = False):
+                 pad_id: int = 0, masks: SampleMaskSettings | None = None):
         self.pad_id = int(pad_id)
-        self.max_len_mask = bool(max_len_mask)
+        self.masks = masks or SampleMaskSettings()
         self.scheduler = scheduler
         self.tokenizer = tokenizer
         self.rewards = rewards
@@ -170,14 +171,21 @@ class RLVRRollout:
     # -- the training stream ----------------------------------------------------------------------
     def next_batch(self, step: int) -> StepBatch:
         """The batch step ``step`` trains on (the policy is then version ``step - 1``), as padded rows."""
+        import torch
+
         samples, metrics = self.scored_batch(step)
         metrics.update(summary(samples, "train"))
         metrics["train/samples"] = float(len(samples))
         data = samples.to_batch(self.pad_id)
-        if self.max_len_mask:
+        keep, weights, mask_metrics = sample_masks(torch.tensor(samples.rewards), data["group_ids"],
+                                                   data["response_length"], data["truncated"], self.masks)
+        metrics.update(mask_metrics)
+        if self.masks.masks:
             mask = data["response_mask"][:, 1:].clone()
-            mask[data["truncated"]] = 0
+            mask[~keep] = 0
             data["loss_mask"] = mask
+        if weights is not None:
+            data["sample_weights"] = weights
         return StepBatch(data=data, metrics=metrics, items=samples)
 
     def scored_batch(self, step: int) -> tuple[Samples, dict[str, float]]:

@@ -81,6 +81,7 @@ class RolloutScheduler:
             mode=spec.mode, num_groups=spec.num_env_groups, group_size=spec.group_size,
             seed_fn=functools.partial(episode_seed, spec),
             async_generation_ratio=spec.async_generation_ratio, watchdog_interval_s=watchdog_interval_s,
+            max_episodes_per_group=spec.max_traj_per_env if spec.max_traj_per_env > 0 else None,
             shared={"tokenizer": [self._tokenizer_ref], "generate_scheduler": generate_scheduler},
         )
         options: dict[str, Any] = dict(num_cpus=spec.worker_num_cpus, max_restarts=spec.worker_max_restarts,

@@ -53,6 +53,7 @@ class RolloutSpec:
     async_generation_ratio: float = 0.0
     granularity: str = "trajectory"
     group_size_redundancy: int = 0  # extra envs per group; the first group_size to finish count
+    max_traj_per_env: int = -1  # new episodes a group may start per training step (-1: no cap)
     render_save_dir: str | None = None
     render_max_trajectories: int = 8  # validation trajectories saved as GIF per pass
     step_timeout_s: float | None = 60.0  # env.reset/env.step slower than this fail the trajectory

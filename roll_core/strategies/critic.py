@@ -28,6 +28,8 @@ from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import CriticStrategy
 from roll_core.strategies.hf_common import (
+    checked_config_overrides,
+    freeze_prefixes,
     load_state_dict_checked,
     resolve_attn_implementation,
     resolve_device,
@@ -87,6 +89,9 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         device: str | None = None,
         cache_dir: str | None = None,
         gradient_checkpointing: bool = False,
+        gradient_checkpointing_use_reentrant: bool | None = None,
+        model_config_kwargs: Mapping[str, Any] | None = None,
+        freeze_module_prefix: str | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
@@ -101,11 +106,14 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         backbone = AutoModel.from_pretrained(
             self.model_dir, dtype=torch_dtype(dtype, self.device),
             attn_implementation=resolve_attn_implementation(attn_implementation, self.device),
+            **checked_config_overrides(self.model_dir, model_config_kwargs),
         )
         backbone.config.use_cache = False
         if gradient_checkpointing:
-            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            backbone.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
         self.model = ValueModel(backbone).to(self.device)
+        self.frozen_parameters = freeze_prefixes(self.model.backbone, freeze_module_prefix)
         self._setup_optimizer()
 
     @classmethod

@@ -93,12 +93,51 @@ def resolve_attn_implementation(name: str | None, device: Any) -> str:
     return impl
 
 
-def load_causal_lm(model_dir: str, dtype: Any, attn: str, device: Any) -> Any:
-    """``AutoModelForCausalLM.from_pretrained`` on ``device`` in ``dtype``."""
+def load_causal_lm(model_dir: str, dtype: Any, attn: str, device: Any,
+                   config_overrides: Mapping[str, Any] | None = None) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` on ``device`` in ``dtype``; ``config_overrides``
+    (``model_args.model_config_kwargs``) change the model's HF config as it is loaded."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=attn)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=attn,
+                                                 **checked_config_overrides(model_dir, config_overrides))
     return model.to(device)
+
+
+def checked_config_overrides(model_dir: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``model_config_kwargs`` that name fields of the model's config (a typo would be dropped by HF)."""
+    if not overrides:
+        return {}
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    known = set(config.to_dict())
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"model_args.model_config_kwargs.{unknown[0]}: the {config.model_type} config has no "
+                          f"such field.{did_you_mean(unknown[0], known)}")
+    return dict(overrides)
+
+
+def freeze_prefixes(model: Any, prefixes: str | None) -> int:
+    """``model_args.freeze_module_prefix``: stop training the parameters whose names start with one
+    of the comma-separated prefixes; returns how many were frozen. A prefix that matches nothing
+    is an error (a typo would silently train everything)."""
+    if not prefixes:
+        return 0
+    wanted = [p.strip() for p in str(prefixes).split(",") if p.strip()]
+    names = [name for name, _ in model.named_parameters()]
+    frozen = 0
+    for prefix in wanted:
+        hits = [name for name in names if name.startswith(prefix)]
+        if not hits:
+            raise ConfigError(f"model_args.freeze_module_prefix: no parameter starts with {prefix!r} "
+                              f"(the model's parameters start like {', '.join(names[:3])}, ...).")
+        for name, param in model.named_parameters():
+            if name.startswith(prefix) and param.requires_grad:
+                param.requires_grad_(False)
+                frozen += 1
+    return frozen
 
 
 def load_state_dict_checked(model: Any, weights: Mapping[str, Any]) -> None:

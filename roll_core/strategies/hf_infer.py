@@ -79,6 +79,7 @@ class HFInferStrategy(InferStrategy):
         default_sampling: SamplingParams | None = None,
         extra_stop_token_ids: Sequence[int] = (),
         num_threads: int | None = None,
+        model_config_kwargs: Mapping[str, Any] | None = None,
     ):
         set_num_threads(num_threads)
         if max_batch_size < 1:
@@ -87,7 +88,8 @@ class HFInferStrategy(InferStrategy):
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         attn = resolve_attn_implementation(attn_implementation, self.device)
-        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device).eval()
+        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device,
+                                    model_config_kwargs).eval()
         self.max_batch_size = int(max_batch_size)
         self.default_sampling = default_sampling or SamplingParams()
         self.eos_token_ids = _eos_ids(self.tokenizer, self.model) | set(extra_stop_token_ids)
@@ -115,6 +117,7 @@ class HFInferStrategy(InferStrategy):
             "attn_implementation": cfg_get(worker_config, "model_args.attn_implementation"),
             "max_batch_size": cfg_get(worker_config, "infer_batch_size", 64),
             "default_sampling": sampling_from_generating_args(cfg_get(worker_config, "generating_args")),
+            "model_config_kwargs": cfg_get(worker_config, "model_args.model_config_kwargs"),
         }
         kwargs = apply_strategy_config(cls, kwargs, cfg_get(worker_config, "strategy_args.strategy_config"),
                                        "actor_infer")

@@ -22,7 +22,7 @@ Decisions, and why:
 * **Log-probs** are label-aligned ``[B, L-1]``, computed as ``z[label] - logsumexp(z)`` in float32
   (``z = logits / logits_temperature``), multiplied by ``response_mask[:, 1:]``.
   :meth:`compute_log_probs` returns ``(log_probs, entropy)``; ``entropy`` is ``None`` unless asked.
-* **Optimiser**: AdamW; as in the Hugging Face Trainer, biases and norm weights (1-D parameters)
+* **Optimiser**: ``training_args.optim`` (AdamW by default; fused AdamW, SGD, Adafactor); as in the Hugging Face Trainer, biases and norm weights (1-D parameters)
   get no weight decay. The scheduler is ``transformers.get_scheduler(lr_scheduler_type, ...)``,
   stepped once per ``train_step``. A non-finite gradient norm skips the update (counted in
   ``skipped``) rather than corrupting the weights.
@@ -45,6 +45,7 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import LossFn, TrainStrategy
 from roll_core.strategies.hf_common import (
+    freeze_prefixes,
     load_causal_lm,
     load_state_dict_checked,
     resolve_attn_implementation,
@@ -90,10 +91,8 @@ class OptimizedModel:
         for p in self.model.parameters():
             if p.requires_grad:
                 (decay if p.dim() >= 2 else no_decay).append(p)
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=s.learning_rate, betas=s.adam_betas, eps=s.adam_epsilon,
-        )
+        self.optimizer = s.optimizer(
+            [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}])
         self.scheduler = s.lr_scheduler(self.optimizer)
 
     def _optimizer_step(self, batch: Mapping[str, Any], run_micro: Any) -> dict[str, float]:
@@ -169,7 +168,10 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         seed: seeds a tiny model's init (via ``resolve_pretrain``) and torch's global RNG.
         dtype, attn_implementation, device, cache_dir: as for ``hf_infer``.
         gradient_checkpointing: recompute activations in backward (ROLL enables it unless
-            ``model_args.disable_gradient_checkpointing``).
+            ``model_args.disable_gradient_checkpointing``); ``gradient_checkpointing_use_reentrant``
+            picks torch's reentrant implementation (default: the non-reentrant one).
+        model_config_kwargs: overrides of the model's HF config (``model_args.model_config_kwargs``).
+        freeze_module_prefix: comma-separated parameter-name prefixes left out of training.
         logits_temperature: logits are divided by it before log-softmax (match the sampler's T).
         trainable: False builds a reference model: eval mode, frozen, no optimizer.
         settings: the optimiser, schedule, micro-batch sizes and threads (see
@@ -188,6 +190,9 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         device: str | None = None,
         cache_dir: str | None = None,
         gradient_checkpointing: bool = False,
+        gradient_checkpointing_use_reentrant: bool | None = None,
+        model_config_kwargs: Mapping[str, Any] | None = None,
+        freeze_module_prefix: str | None = None,
         logits_temperature: float = 1.0,
         trainable: bool = True,
         settings: OptimizerSettings | None = None,
@@ -202,13 +207,16 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         attn = resolve_attn_implementation(attn_implementation, self.device)
-        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device)
+        self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device,
+                                    model_config_kwargs)
         self.trainable = trainable
         self.logits_temperature = float(logits_temperature)
         self.model.config.use_cache = False
         if trainable:
             if gradient_checkpointing:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                self.model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
+            self.frozen_parameters = freeze_prefixes(self.model, freeze_module_prefix)
             self._setup_optimizer()
         else:
             self.model.eval().requires_grad_(False)

@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 
+from roll_core.config.base import is_fixed
+from roll_core.config.workers import GeneratingArgs
+from roll_core.errors import ConfigError
 from roll_core.strategies.base import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -165,8 +168,7 @@ def sampling_from_generating_args(generating_args: Any, **overrides: Any) -> Sam
     }
     if cfg_get(generating_args, "do_sample", True) is False:
         fields["temperature"] = 0.0
-    unsupported = {"num_beams": 1, "repetition_penalty": 1.0}
-    for name, neutral in unsupported.items():
-        if cfg_get(generating_args, name, neutral) != neutral:
-            logger.warning("generating_args.%s is not supported by roll's samplers; it is ignored", name)
+    for name, field in GeneratingArgs.model_fields.items():  # duck-typed args skip the schema: check here too
+        if is_fixed(field) and cfg_get(generating_args, name, field.default) != field.default:
+            raise ConfigError(f"generating_args.{name}: only {field.default} is supported. {field.description}")
     return SamplingParams(**{**fields, **overrides})

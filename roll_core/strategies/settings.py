@@ -46,6 +46,7 @@ class OptimizerSettings:
     gradient_accumulation_steps: int = 1
     infer_batch_size: int | None = None
     num_threads: int | None = None
+    optim: str = "adamw_torch"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
@@ -74,6 +75,7 @@ class OptimizerSettings:
             "per_device_train_batch_size": cfg_get(worker_config, targs + "per_device_train_batch_size", 1),
             "gradient_accumulation_steps": cfg_get(worker_config, targs + "gradient_accumulation_steps", 1),
             "infer_batch_size": cfg_get(worker_config, "infer_batch_size"),
+            "optim": str(cfg_get(worker_config, targs + "optim", "adamw_torch")),
         }
         max_steps = cfg_get(worker_config, targs + "max_steps", -1)
         if max_steps and max_steps > 0:
@@ -104,6 +106,20 @@ class OptimizerSettings:
         return int(steps)
 
 
+    def optimizer(self, param_groups: list[dict[str, Any]]) -> Any:
+        """The torch optimizer ``optim`` names (Hugging Face's names) over ``param_groups``."""
+        build = OPTIMIZERS.get(self.optim)
+        if build is None:
+            raise ConfigError(f"training_args.optim: {self.optim!r} is not available; use one of "
+                              f"{', '.join(OPTIMIZERS)}.{did_you_mean(self.optim, OPTIMIZERS)}")
+        return build(param_groups, self)
+
+    def require_adamw(self, backend: str) -> None:
+        """For backends that build their own AdamW: refuse any other ``optim`` instead of ignoring it."""
+        if self.optim not in ADAMW:
+            raise ConfigError(f"training_args.optim: {backend} trains with its own AdamW; {self.optim!r} is not "
+                              f"available there (use {' or '.join(ADAMW)}, or hf_train).")
+
     def lr_scheduler(self, optimizer: Any) -> Any:
         """transformers' ``get_scheduler(lr_scheduler_type, ...)`` on ``optimizer`` (stepped once per step)."""
         from transformers import SchedulerType, get_scheduler
@@ -120,6 +136,37 @@ class OptimizerSettings:
             raise ConfigError(f"training_args.lr_scheduler_type {kind!r}: {exc} (the pipeline passes "
                               "num_training_steps from max_steps).") from exc
 
+
+def _adamw(groups: list[dict[str, Any]], s: OptimizerSettings, **extra: Any) -> Any:
+    import torch
+
+    return torch.optim.AdamW(groups, lr=s.learning_rate, betas=s.adam_betas, eps=s.adam_epsilon, **extra)
+
+
+def _sgd(groups: list[dict[str, Any]], s: OptimizerSettings) -> Any:
+    import torch
+
+    return torch.optim.SGD(groups, lr=s.learning_rate)
+
+
+def _adafactor(groups: list[dict[str, Any]], s: OptimizerSettings) -> Any:
+    from transformers.optimization import Adafactor
+
+    # a fixed learning rate (the schedule is roll's), as HF's Trainer configures it
+    return Adafactor(groups, lr=s.learning_rate, scale_parameter=False, relative_step=False, warmup_init=False)
+
+
+#: ``training_args.optim`` (HF TrainingArguments names) -> builder(param_groups, settings); each
+#: param group carries its own ``weight_decay``
+OPTIMIZERS: dict[str, Any] = {
+    "adamw_torch": _adamw,
+    "adamw_hf": _adamw,  # HF's own AdamW is deprecated in favour of torch's
+    "adamw_torch_fused": lambda groups, s: _adamw(groups, s, fused=True),
+    "sgd": _sgd,
+    "adafactor": _adafactor,
+}
+#: the names that mean AdamW, which DeepSpeed and Megatron build themselves
+ADAMW = ("adamw_torch", "adamw_hf", "adamw_torch_fused")
 
 #: the field names, i.e. the keywords a train strategy takes on top of its own
 FIELDS = frozenset(f.name for f in dataclasses.fields(OptimizerSettings))
@@ -139,11 +186,16 @@ def resolve_settings(owner: str, settings: OptimizerSettings | None, updates: Ma
     return dataclasses.replace(base, **updates) if updates else base
 
 
+#: model_args fields a train strategy takes as keywords of the same name, when the config sets them
+OPTIONAL_MODEL_ARGS = ("model_config_kwargs", "freeze_module_prefix", "gradient_checkpointing_use_reentrant")
+
+
 def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
                         overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor kwargs of a train strategy from a worker config: ``settings`` plus the model fields.
 
-    Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}``; every other
+    Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}`` and, when set,
+    :data:`OPTIONAL_MODEL_ARGS` (a :class:`ConfigError` where ``cls`` does not take one); every other
     ``strategy_args.strategy_config`` key must be a field or a keyword of ``cls`` (a
     :class:`ConfigError` otherwise). ``overrides`` (fields or keywords, e.g. ``num_training_steps``
     or ``trainable``) win over the config.
@@ -162,9 +214,17 @@ def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
         "dtype": cfg_get(worker_config, "model_args.dtype"),
         "attn_implementation": cfg_get(worker_config, "model_args.attn_implementation"),
         "gradient_checkpointing": not cfg_get(worker_config, "model_args.disable_gradient_checkpointing", True),
-        **{k: v for k, v in strategy_config.items() if k not in FIELDS},
-        **{k: v for k, v in overrides.items() if k not in FIELDS},
     }
+    for field in OPTIONAL_MODEL_ARGS:  # passed only when set: a backend that cannot honour one says so
+        value = cfg_get(worker_config, f"model_args.{field}")
+        if value in (None, {}, ""):
+            continue
+        if field not in accepted:
+            raise ConfigError(f"{where}.model_args.{field} is not supported by {getattr(cls, '__name__', cls)}; "
+                              "unset it or choose a backend that supports it (hf_train does).")
+        kwargs[field] = value
+    kwargs.update({k: v for k, v in strategy_config.items() if k not in FIELDS})
+    kwargs.update({k: v for k, v in overrides.items() if k not in FIELDS})
     kwargs["settings"] = resolve_settings(
         getattr(cls, "__name__", str(cls)), settings, {k: v for k, v in overrides.items() if k in FIELDS})
     return kwargs

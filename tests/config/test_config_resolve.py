@@ -209,3 +209,22 @@ def test_importance_sampling_is_rlvrs_name_of_ratio_type(fixtures, roll_registry
     assert resolve(load_config(path, base), registry=roll_registry).config.ratio_type == "token"
     with pytest.raises(ConfigError, match=r"importance_sampling \(seq\) and ratio_type \(token\) disagree"):
         resolve(load_config(path, [*base, "+importance_sampling=seq", "+ratio_type=token"]), registry=roll_registry)
+
+
+def test_max_traj_per_env_is_checked_against_the_batch():
+    assert agentic(train_env_manager={"tags": ["FrozenLake"], "num_env_groups": 2, "group_size": 4,
+                                      "max_traj_per_env": 1}).train_env_manager.max_traj_per_env == 1
+    with pytest.raises(ConfigError, match=r"train_env_manager.max_traj_per_env \(1\) lets its 2 groups of 4 play at "
+                                          r"most 8 episodes per step, fewer than the batch of 16"):
+        agentic(rollout_batch_size=16, train_env_manager={"tags": ["FrozenLake"], "num_env_groups": 2,
+                                                          "group_size": 4, "max_traj_per_env": 1})
+    with pytest.raises(ConfigError, match="max_traj_per_env must be a positive number of episodes or -1"):
+        agentic(train_env_manager={"tags": ["FrozenLake"], "num_env_groups": 2, "group_size": 4,
+                                   "max_traj_per_env": 0})
+
+
+def test_an_unreadable_dataset_type_is_refused_at_resolve(fixtures, roll_registry):
+    config = load_config(fixtures / "rlvr_config_async.yaml", ["+rewards.math_rule.tag_included=[math]",
+                                                                "actor_train.data_args.dataset_type=parquet"])
+    with pytest.raises(ConfigError, match="dataset_type 'parquet' is not supported: roll reads JSON-lines files"):
+        resolve(config, registry=roll_registry)

@@ -44,7 +44,8 @@ def test_drop_stale_keeps_samples_at_most_k_versions_old():
 
 @pytest.mark.ray
 def test_warm_start_then_two_sync_steps(ray_session, tmp_path):
-    code, out = run(EXAMPLES / "rlvr" / "arithmetic.yaml", tiny_rlvr(tmp_path, max_steps="2", eval_steps="2"))
+    masks = ["+difficulty_mask=true", "+difficulty_high_threshold=1.01", "+length_loss_weight=true"]
+    code, out = run(EXAMPLES / "rlvr" / "arithmetic.yaml", tiny_rlvr(tmp_path, max_steps="2", eval_steps="2") + masks)
     assert code == 0, out
     assert "untrained model: val success 0.000" in out and "warm start: 2 supervised steps on random-policy" in out
     assert "step 2/2" in out
@@ -60,6 +61,8 @@ def test_warm_start_then_two_sync_steps(ray_session, tmp_path):
         assert entry["actor/optimizer_steps"] == 1.0
         assert "train/reward/arithmetic" in entry and "train/reward/number_format" not in entry  # probability 0
         assert 0.0 <= entry["train/accuracy"] <= 1.0
+        # difficulty_mask keeps groups with a mean score in (0, 1.01): exactly those not all wrong
+        assert entry["train/rows_trained"] == entry["train/difficulty_mask_kept"] <= 1.0
     assert "val/accuracy" in steps[2]
     assert (tmp_path / "logs" / "learning_curve.png").is_file()
 

@@ -132,3 +132,25 @@ def test_staleness_metrics_are_per_turn(codec, test_registry):
             metrics["rollout/staleness/lag_2"]) == (0.25, 0.5, 0.25)
     assert metrics["rollout/dropped_trajectories/stale"] == 6.0 and metrics["rollout/dropped_trajectories"] == 6.0
     assert "rollout/staleness/max" not in rollout_metrics([traj], 1.0)  # no version given: not measured
+
+
+def test_max_traj_per_env_caps_the_episodes_a_group_starts_per_step():
+    """A fast group cannot fill a batch alone: with a cap of 2, group 0 starts 2 episodes and then
+    waits while the demand of 5 groups is still open; the next get_batch lets it start again."""
+    capped = make_admission("train", 3, 0, max_per_group=2)
+    capped.start_request(5)
+    started = []
+    while capped.allows(0, busy=len(started)):
+        started.append(capped.take_episode(0))
+    assert started == [0, 1] and capped.allows(1, busy=2)  # other groups still admitted
+    capped.give_back(0, 1)  # a lost episode re-admitted does not count twice
+    assert not capped.allows(0, busy=1) and capped.take_episode(0) == 1
+    capped.end_request(5)
+    capped.start_request(5)
+    assert capped.allows(0, busy=0) and capped.take_episode(0) == 2
+    free = make_admission("train", 3, 0)
+    free.start_request(5)
+    assert sum(1 for _ in iter(lambda: free.allows(0, busy=free.next_episode[0]) and free.take_episode(0) >= 0,
+                               False)) == 5
+    ahead = make_admission("train", 3, 1, max_per_group=1)
+    assert isinstance(ahead, LookaheadAdmission) and ahead.max_per_group == 1

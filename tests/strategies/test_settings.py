@@ -62,3 +62,94 @@ def test_invalid_and_fractional_settings():
     assert OptimizerSettings(warmup_steps=2, warmup_ratio=0.5, num_training_steps=10).warmup_step_count() == 2
     with pytest.raises(ConfigError, match="num_training_steps"):
         OptimizerSettings(warmup_ratio=0.1).warmup_step_count()
+
+
+def test_optim_picks_the_optimizer_by_hf_name():
+    import torch
+
+    from roll_core.strategies.settings import OPTIMIZERS
+
+    params = [torch.nn.Parameter(torch.ones(2, 2))]
+    for name, cls in [("adamw_torch", torch.optim.AdamW), ("adamw_hf", torch.optim.AdamW),
+                      ("sgd", torch.optim.SGD)]:
+        optimizer = OptimizerSettings(optim=name, learning_rate=0.5).optimizer([{"params": params, "weight_decay": 0}])
+        assert type(optimizer) is cls and optimizer.param_groups[0]["lr"] == 0.5
+    assert OptimizerSettings(optim="adamw_torch_fused").optimizer([{"params": params}]).defaults["fused"] is True
+    from transformers.optimization import Adafactor
+
+    assert type(OptimizerSettings(optim="adafactor").optimizer([{"params": params}])) is Adafactor
+    assert set(OPTIMIZERS) == {"adamw_torch", "adamw_hf", "adamw_torch_fused", "sgd", "adafactor"}
+    with pytest.raises(ConfigError, match="training_args.optim: 'adamw_torchh' is not available.*adamw_torch"):
+        OptimizerSettings(optim="adamw_torchh").optimizer([{"params": params}])
+    assert OptimizerSettings.from_worker_config({"training_args": {"optim": "sgd"}}).optim == "sgd"
+
+
+def test_sgd_really_trains_with_sgd(tiny_dir):
+    """One step of plain SGD moves every weight by exactly -lr * grad (AdamW would not)."""
+    import torch
+
+    from roll_core.strategies.hf_train import HFTrainStrategy
+
+    strategy = HFTrainStrategy(tiny_dir, optim="sgd", learning_rate=0.1, max_grad_norm=0, lr_scheduler_type="constant")
+    before = {k: v.detach().clone() for k, v in strategy.model.named_parameters()}
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+             "response_mask": torch.tensor([[0, 0, 1, 1]])}
+    grads = {}
+
+    def loss_fn(micro, log_probs, _entropy):
+        return -log_probs.sum(), {}
+
+    strategy.model.zero_grad()
+    loss, _ = loss_fn(batch, strategy._forward_micro(batch, False)[0], None)
+    loss.backward()
+    grads = {k: v.grad.detach().clone() for k, v in strategy.model.named_parameters() if v.grad is not None}
+    strategy.model.zero_grad()
+    strategy.train_step(batch, loss_fn)
+    name = "model.layers.0.mlp.up_proj.weight"
+    torch.testing.assert_close(dict(strategy.model.named_parameters())[name].detach(),
+                               before[name] - 0.1 * grads[name])
+
+
+def test_optional_model_args_reach_backends_that_take_them():
+    class TakesAll:
+        def __init__(self, pretrain, *, seed=0, dtype=None, attn_implementation=None, gradient_checkpointing=False,
+                     model_config_kwargs=None, freeze_module_prefix=None, settings=None):
+            pass
+
+    class TakesNone:
+        def __init__(self, pretrain, *, seed=0, dtype=None, attn_implementation=None, gradient_checkpointing=False,
+                     settings=None):
+            pass
+
+    worker = {"model_args": {"model_config_kwargs": {"attention_dropout": 0.1}, "freeze_module_prefix": "model.embed"}}
+    kwargs = train_worker_kwargs(TakesAll, worker, 0, "actor_train", {})
+    assert kwargs["model_config_kwargs"] == {"attention_dropout": 0.1} and kwargs["freeze_module_prefix"] == "model.embed"
+    assert "model_config_kwargs" not in train_worker_kwargs(TakesAll, {}, 0, "actor_train", {})  # unset: not passed
+    with pytest.raises(ConfigError, match="actor_train.model_args.model_config_kwargs is not supported by TakesNone"):
+        train_worker_kwargs(TakesNone, worker, 0, "actor_train", {})
+
+
+def test_model_config_kwargs_and_freeze_module_prefix(tiny_dir):
+    import torch
+
+    from roll_core.strategies.hf_infer import HFInferStrategy
+    from roll_core.strategies.hf_train import HFTrainStrategy
+
+    strategy = HFTrainStrategy(tiny_dir, model_config_kwargs={"attention_dropout": 0.25},
+                               freeze_module_prefix="model.embed_tokens, model.layers.0.", learning_rate=1e-2)
+    assert strategy.model.config.attention_dropout == 0.25
+    assert HFInferStrategy(tiny_dir, model_config_kwargs={"attention_dropout": 0.25}).model.config.attention_dropout == 0.25
+    frozen = {k for k, p in strategy.model.named_parameters() if not p.requires_grad}
+    assert frozen and all(k.startswith(("model.embed_tokens", "model.layers.0.")) for k in frozen)
+    assert strategy.frozen_parameters == len(frozen)
+    before = {k: v.detach().clone() for k, v in strategy.model.named_parameters()}
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+             "response_mask": torch.tensor([[0, 0, 1, 1]])}
+    strategy.train_step(batch, lambda micro, lp, _e: (-lp.sum(), {}))
+    after = dict(strategy.model.named_parameters())
+    assert all(torch.equal(after[k], before[k]) for k in frozen)
+    assert not torch.equal(after["model.layers.1.mlp.up_proj.weight"], before["model.layers.1.mlp.up_proj.weight"])
+    with pytest.raises(ConfigError, match=r"model_config_kwargs.attention_dropuot.*Did you mean 'attention_dropout'"):
+        HFTrainStrategy(tiny_dir, model_config_kwargs={"attention_dropuot": 0.1})
+    with pytest.raises(ConfigError, match="no parameter starts with 'model.embeds'"):
+        HFTrainStrategy(tiny_dir, freeze_module_prefix="model.embeds")

@@ -78,3 +78,13 @@ def test_frozen_reference_model_has_no_optimizer():
     assert "optimizer" not in cfg and cfg["zero_optimization"] == {"stage": 0}
     cfg = build_deepspeed_config({}, numbers(trainable=False), zero_stage=3)
     assert cfg["zero_optimization"]["stage"] == 3  # ZeRO-3 still shards a frozen model
+
+
+def test_an_optimizer_other_than_adamw_is_refused_not_ignored():
+    import dataclasses
+
+    sgd = dataclasses.replace(numbers().settings, optim="sgd")
+    with pytest.raises(ConfigError, match="training_args.optim: deepspeed_train trains with its own AdamW; 'sgd'"):
+        build_deepspeed_config({}, numbers(settings=sgd))
+    fused = dataclasses.replace(numbers().settings, optim="adamw_torch_fused")
+    assert build_deepspeed_config({}, numbers(settings=fused))["optimizer"]["type"] == "AdamW"

@@ -83,6 +83,7 @@ def build_deepspeed_config(sections: Mapping[str, Any], numbers: TrainingNumbers
     stage = cfg["zero_optimization"]["stage"]
     offloads_optimizer = _offload_device(cfg["zero_optimization"].get("offload_optimizer")) not in (None, "none")
     if numbers.trainable:
+        settings.require_adamw("deepspeed_train")
         cfg["optimizer"] = {"type": "AdamW", "params": {
             "lr": settings.learning_rate, "betas": list(settings.adam_betas), "eps": settings.adam_epsilon,
             "weight_decay": settings.weight_decay,

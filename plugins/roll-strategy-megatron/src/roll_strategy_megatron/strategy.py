@@ -111,6 +111,7 @@ class MegatronTrainStrategy(TrainStrategy):
     ):
         self.settings = resolve_settings(type(self).__name__, settings, training)
         lr_scheduler_type = self.settings.lr_scheduler_type
+        self.settings.require_adamw("megatron_train")
         if not torch.cuda.is_available():
             raise RollError("megatron_train needs CUDA GPUs (megatron-core's forward pass is CUDA-only); on a "
                             "CPU machine use hf_train or deepspeed_train.")
