@@ -202,7 +202,7 @@ def _run_bench(session: nox.Session, name: str, options: list[str], env: dict[st
     session.run("python", f"benchmarks/bench_{name}.py", *options, env={**TEST_ENV, **_FAST_MALLOC, **(env or {})})
 
 
-# glibc malloc otherwise returns big training buffers to the OS every step (see DEPENDENCIES.md)
+# glibc malloc otherwise returns big training buffers to the OS every step (see docs/dependencies.md)
 _FAST_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
 
 

@@ -15,7 +15,7 @@ per-turn and per-step returns), ``advantages`` (estimator contract and built-in 
 ``ratio`` (token / segment / sequence ratios), ``losses`` (per-token PG losses, entropy, value
 loss), ``aggregation`` (``loss_agg_mode`` with global normalisers), ``corrections``
 (train-inference IS weights and filters). The built-ins are registered as plugins in
-:mod:`roll_core.builtin.algorithms`. Spec: ALGORITHMS.md.
+:mod:`roll_core.builtin.algorithms`. Spec: docs/algorithms.md.
 """
 
 from roll_core.algorithms.advantages import compute_advantages, label_mask

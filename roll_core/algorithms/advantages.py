@@ -26,7 +26,7 @@ An estimator that needs its own response-level reward (GiGPO, step_reinforce) al
 ``response_rewards(data, config, pipeline) -> Tensor[B]`` attribute (see
 :func:`with_response_rewards`); otherwise :func:`default_response_rewards` normalises ``scores``.
 
-Processing order of :func:`compute_advantages` (ALGORITHMS.md §1, §4, with roll's decisions):
+Processing order of :func:`compute_advantages` (docs/algorithms.md §1, §4, with roll's decisions):
 response-level reward -> clamp to +-``reward_clip`` (once) -> placement on the last generated
 token -> KL penalty ``add_token_level_kl`` (controller updated whenever ``ref_log_probs`` is
 given) -> ``whiten_rewards`` -> x mask -> estimator -> ``whiten_advantages`` -> x mask ->

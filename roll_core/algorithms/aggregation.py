@@ -1,4 +1,4 @@
-"""Loss aggregation with global normalisers (ALGORITHMS.md §6.5).
+"""Loss aggregation with global normalisers (docs/algorithms.md §6.5).
 
 A training step is split into micro-batches (and over data-parallel ranks). Each micro-batch
 loss is divided by normalisers taken over the *whole* step, so summing the micro-batch losses

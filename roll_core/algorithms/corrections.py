@@ -1,4 +1,4 @@
-"""Train-inference mismatch correction (ALGORITHMS.md §6.2).
+"""Train-inference mismatch correction (docs/algorithms.md §6.2).
 
 rho = exp(log pi_old - log pi_infer) compares the training engine's log-probs with the sampler's.
 Aggregated per ``token``, per ``segment`` (turn), ``geometric`` (per row, mean log-ratio) or

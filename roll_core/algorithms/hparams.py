@@ -7,7 +7,7 @@ top level, so both a nested and a flat config work.
 
 A missing field raises instead of falling back to a hard-coded default: ROLL silently ignored
 ``tis_*``/``cispo_*``/``kimi15_tau`` because it read them with ``getattr(..., default)`` from a
-config that had no such fields (ALGORITHMS.md §6.3 [Q]).
+config that had no such fields (docs/algorithms.md §6.3 [Q]).
 """
 
 from __future__ import annotations

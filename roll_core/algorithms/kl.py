@@ -1,4 +1,4 @@
-"""KL estimators, KL controllers and the KL penalty in the reward (ALGORITHMS.md §3).
+"""KL estimators, KL controllers and the KL penalty in the reward (docs/algorithms.md §3).
 
 The pipeline owns one controller per run (build it with :func:`kl_controller_from_config`, keep
 it across steps, checkpoint it with ``state_dict``) and hands it to

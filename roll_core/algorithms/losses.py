@@ -1,4 +1,4 @@
-"""Per-token policy-gradient losses, entropy and the critic's value loss (ALGORITHMS.md §6.3, §6.6).
+"""Per-token policy-gradient losses, entropy and the critic's value loss (docs/algorithms.md §6.3, §6.6).
 
 Two layers:
 

@@ -1,4 +1,4 @@
-"""Response-level reward normalisation (ALGORITHMS.md §2).
+"""Response-level reward normalisation (docs/algorithms.md §2).
 
 One core, :func:`normalize`, works on any grouping given as integer group ids, so RLVR (contiguous
 blocks of ``num_return_sequences_in_group``) and agentic (a non-tensor key such as

@@ -1,4 +1,4 @@
-"""The training objectives the pipeline hands to a train strategy (ALGORITHMS.md §6.4, §6.6).
+"""The training objectives the pipeline hands to a train strategy (docs/algorithms.md §6.4, §6.6).
 
 Actor::
 

@@ -1,4 +1,4 @@
-"""Importance ratio of the current policy against pi_old (ALGORITHMS.md §6.1).
+"""Importance ratio of the current policy against pi_old (docs/algorithms.md §6.1).
 
 pi_old is always the training engine's log-prob; inference log-probs only feed
 :mod:`roll_core.algorithms.corrections`. Every ratio is 0 outside the mask and keeps gradients

@@ -1,4 +1,4 @@
-"""Returns and advantages on label-aligned ``[B, T]`` token rewards (ALGORITHMS.md §3.1, §4).
+"""Returns and advantages on label-aligned ``[B, T]`` token rewards (docs/algorithms.md §3.1, §4).
 
 Pure tensor functions with explicit arguments; the registered estimators in
 :mod:`roll_core.algorithms.advantages` read ``gamma``/``lambd`` from the config and call these.

@@ -1,6 +1,6 @@
 """Algorithm settings shared by the agentic and RLVR pipelines (ROLL's ``PPOConfig`` fields).
 
-Defaults are those of ALGORITHMS.md §7 except where roll decided otherwise: ``init_kl_coef``
+Defaults are those of docs/algorithms.md §7 except where roll decided otherwise: ``init_kl_coef``
 defaults to 0.0 (no reference model unless a KL term is on) and ``kl_penalty`` also accepts
 ``k3``. Names that select a plugin (``adv_estimator``) are plain strings here; ``resolve`` checks
 them against the registry, so a third-party estimator is as valid as a built-in one.
@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from roll_core.config.base import NoneStr, RollModel, compat
 
-NormType = Annotated[Literal["batch", "group"] | None, NoneStr]  # ROLL's "running" never worked (ALGORITHMS.md §2.1)
+NormType = Annotated[Literal["batch", "group"] | None, NoneStr]  # ROLL's "running" never worked (docs/algorithms.md §2.1)
 RatioGranularity = Literal["token", "segment", "geometric", "sequence"]
 
 

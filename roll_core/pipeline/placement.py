@@ -8,7 +8,7 @@ process with ``num_gpus=0``, and Ray hides the GPUs from it.
 
 Every worker also gets the run's environment variables: the config's ``system_envs`` and the
 worker section's, plus glibc malloc settings that make CPU training 2-3x faster
-(DEPENDENCIES.md: without them every step's large temporary buffers are mmapped and returned).
+(docs/dependencies.md: without them every step's large temporary buffers are mmapped and returned).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class TrainWorker:
         """``epochs`` passes over ``batch``, one optimiser step per mini-batch; mean metrics.
 
         Without ``old_log_probs`` in the batch (no recompute needed: one optimiser step in all),
-        the first forward's detached log-probs are pi_old, so the ratio is 1 (ALGORITHMS.md §6.1).
+        the first forward's detached log-probs are pi_old, so the ratio is 1 (docs/algorithms.md §6.1).
         """
         from roll_core.algorithms import make_actor_loss_fn
 

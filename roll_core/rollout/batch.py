@@ -1,7 +1,7 @@
 """Trajectories -> the training batch: right-padded tensors plus per-row lists.
 
 Trajectory-wise (one row per episode, StarPO) or step-wise (one row per turn, GiGPO), both in the
-conventions of ALGORITHMS.md §0: ``response_mask`` is 1 only on generated tokens, per-token
+conventions of docs/algorithms.md §0: ``response_mask`` is 1 only on generated tokens, per-token
 quantities are label-aligned ``[B, L-1]``, and the reward sits on the row's last real token.
 
 Keys (tensors): ``input_ids``, ``attention_mask``, ``response_mask``, ``position_ids`` ``[B, L]``;

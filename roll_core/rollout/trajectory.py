@@ -1,6 +1,6 @@
 """Trajectories assembled token-in/token-out, turn by turn.
 
-A multi-turn episode becomes the token stream ``p_1 r_1 p_2 r_2 ... p_K r_K`` (ALGORITHMS.md §0):
+A multi-turn episode becomes the token stream ``p_1 r_1 p_2 r_2 ... p_K r_K`` (docs/algorithms.md §0):
 ``r_k`` are the ids the policy generated, kept exactly (never re-tokenised), and ``p_k`` is the
 text the chat template puts between turns, tokenised once. The final observation (after the last
 action) is not part of the stream.

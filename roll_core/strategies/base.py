@@ -64,7 +64,7 @@ class GenerationOutput:
 #: ``loss_fn(micro_batch, log_probs, entropy) -> (loss, metrics)``: ``log_probs``/``entropy`` are the
 #: current policy's label-aligned ``[b, L-1]`` tensors for the micro-batch (entropy may be None
 #: when not requested); ``loss`` is already scaled so that summing over micro-batches gives the
-#: global-batch loss (see ALGORITHMS.md §6.5).
+#: global-batch loss (see docs/algorithms.md §6.5).
 LossFn = Callable[[Mapping[str, Any], Any, Any], tuple[Any, dict[str, float]]]
 
 

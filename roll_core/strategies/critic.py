@@ -8,7 +8,7 @@ builds this class for the critic role.
   ``Linear(hidden, 1)`` head, zero-initialised so the first values are 0 (a neutral baseline)
   whatever the backbone.
 * Values are label-aligned like every per-token quantity: ``values[:, j]`` is the head's output
-  at position ``j`` (ALGORITHMS.md §6.6: "the value head at positions [:-1]"), masked by
+  at position ``j`` (docs/algorithms.md §6.6: "the value head at positions [:-1]"), masked by
   ``response_mask[:, 1:]``.
 * ``train_step(batch, value_loss_fn)`` with ``value_loss_fn(micro_batch, values) -> (loss,
   metrics)``, the loss pre-scaled to global normalisers as for the actor.

@@ -9,7 +9,7 @@ Decisions, and why:
 * **One ``train_step`` = one optimiser step over the whole given batch.** The batch is split into
   micro-batches of ``per_device_train_batch_size`` rows; each micro-batch's loss is
   back-propagated as returned by ``loss_fn`` and the gradients add up. ``loss_fn`` scales its
-  loss by *global* normalisers (ALGORITHMS.md §6.5), so the update does not depend on how the
+  loss by *global* normalisers (docs/algorithms.md §6.5), so the update does not depend on how the
   batch is split (a test pins this). ``gradient_accumulation_steps`` therefore only defines the
   mini-batch the pipeline should hand over: :attr:`mini_batch_size` =
   ``per_device_train_batch_size * gradient_accumulation_steps``. These numbers, and the optimiser's,

@@ -1,7 +1,7 @@
 """Next-token sampling for the decode loop: fast on CPU, with exact log-probs.
 
 Why not ``torch.multinomial``: on CPU it draws one exponential variate per vocabulary entry per
-row and step, which dominated tiny-model generation (DEPENDENCIES.md). Here each row needs one
+row and step, which dominated tiny-model generation (docs/dependencies.md). Here each row needs one
 uniform number: the token is found by inverse-CDF search (``cumsum`` + ``searchsorted``) over
 the filtered distribution. Top-k runs ``torch.topk`` first, so only k candidates are sorted and
 searched; top-p without top-k sorts the row once.

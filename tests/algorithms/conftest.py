@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-#: roll's defaults (ALGORITHMS.md §7 plus roll's decisions) for the fields the algorithms read
+#: roll's defaults (docs/algorithms.md §7 plus roll's decisions) for the fields the algorithms read
 TOP_LEVEL = dict(
     adv_estimator="reinforce",
     gamma=1.0,

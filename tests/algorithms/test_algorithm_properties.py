@@ -241,7 +241,7 @@ def clamp(x, lo, hi):
 
 
 def table_gradient(variant, r, a, score):
-    """The right-hand column of ALGORITHMS.md §6.3 for one token (d loss / d log pi)."""
+    """The right-hand column of docs/algorithms.md §6.3 for one token (d loss / d log pi)."""
     ppo_clipped = (a > 0 and r > 1 + EPS_HI) or (a < 0 and r < 1 - EPS_LO)
     ppo = 0.0 if ppo_clipped else -r * a
     cispo_dropped = (a > 0 and r > 1.1) or (a < 0 and r < 0.9)

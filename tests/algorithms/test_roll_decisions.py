@@ -1,4 +1,4 @@
-"""roll's decisions (ALGORITHMS.md, top): each fixed [Q], on an input where ROLL would differ."""
+"""roll's decisions (docs/algorithms.md, "roll's decisions"): each fixed [Q], on an input where ROLL would differ."""
 
 from __future__ import annotations
 

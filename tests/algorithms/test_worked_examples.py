@@ -1,4 +1,4 @@
-"""ALGORITHMS.md §9: every worked example, to 1e-5."""
+"""docs/algorithms.md §9: every worked example, to 1e-5."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def random_batch(seed=0, rows=4, vocab=2048):
 
 
 def pg_loss(batch):
-    """A policy-gradient-like loss with a global token normaliser (ALGORITHMS.md §6.5)."""
+    """A policy-gradient-like loss with a global token normaliser (docs/algorithms.md §6.5)."""
     n_tokens = batch["response_mask"][:, 1:].sum()
 
     def loss_fn(mb, log_probs, entropy):

@@ -39,7 +39,7 @@ def rows(batch: dict[str, torch.Tensor], part: int, parts: int) -> dict[str, tor
 
 
 def make_loss_fn(batch: dict[str, torch.Tensor]):
-    """REINFORCE, ``seq-mean-token-mean`` over the *whole* batch's normalisers (ALGORITHMS.md §6.5)."""
+    """REINFORCE, ``seq-mean-token-mean`` over the *whole* batch's normalisers (docs/algorithms.md §6.5)."""
     mask = batch["response_mask"][:, 1:]
     norm = Normalisers.from_mask(mask, seq_len=mask.shape[-1])
 

@@ -13,7 +13,7 @@ Decisions, and why:
   of ``per_device_train_batch_size`` rows. roll owns the accumulation boundary
   (``set_gradient_accumulation_boundary``), so batches need not hold exactly
   ``gradient_accumulation_steps`` micro-batches. ``loss_fn`` scales by *global* normalisers
-  (ALGORITHMS.md §6.5): the micro-batch losses must be *summed* over micro-batches and ranks.
+  (docs/algorithms.md §6.5): the micro-batch losses must be *summed* over micro-batches and ranks.
   DeepSpeed averages gradients over ranks and (by default) divides by the accumulation steps, so
   every loss goes to ``engine.backward(loss * dp_world_size, scale_wrt_gas=False)``: the update
   is then that of the whole global batch, whatever the split (the two-rank test pins this).

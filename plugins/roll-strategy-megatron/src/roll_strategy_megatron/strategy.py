@@ -10,7 +10,7 @@ Decisions, and why:
   gathers every rank's shards and converts back, so any infer strategy receives plain HF names.
 * **One ``train_step`` = one optimiser step** over this data-parallel rank's batch, in micro-batches
   of ``per_device_train_batch_size`` rows through ``get_forward_backward_func()`` (pipelined when
-  PP > 1). ``loss_fn`` scales by global normalisers (ALGORITHMS.md §6.5), so losses must be summed;
+  PP > 1). ``loss_fn`` scales by global normalisers (docs/algorithms.md §6.5), so losses must be summed;
   megatron-core divides each micro-batch loss by the micro-batch count and averages gradients over
   data-parallel ranks, hence every loss is multiplied by ``num_microbatches * dp_size``.
 * **Log-probs** come from the vocab-parallel logits without gathering the vocabulary
