@@ -147,6 +147,10 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
     warmup_sft: WarmupSFTConfig | None = Field(
         None, description="roll: supervised warm start before RL (see WarmupSFTConfig)."
     )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = Field(
+        "copy", description="How a step's rows are made to split evenly over the data-parallel training ranks: "
+        "copy random rows, delete random rows, whichever changes fewer (auto), or resample (random_sample)."
+    )
 
     @model_validator(mode="after")
     def _check_common(self):
@@ -184,9 +188,6 @@ class AgenticConfig(PipelineConfig):
     episode_reward_weight: float = Field(1.0, description="GiGPO: weight of the episode-level advantage.")
     step_reward_weight: float = Field(1.0, description="GiGPO: weight of the step-level advantage.")
     step_reward_gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount of per-step env rewards.")
-    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = compat(
-        "copy", "A batch is always rollout_batch_size complete groups."
-    )
 
     def env_managers(self) -> dict[str, EnvManagerConfig]:
         return {"train_env_manager": self.train_env_manager, "val_env_manager": self.val_env_manager}

@@ -58,6 +58,7 @@ class RewardConfig(WorkerConfig):
     world_size: int | None = compat(None, _REWARD_WORKER)
     infer_batch_size: int = compat(16, _REWARD_WORKER)
     system_envs: dict[str, str] = compat({}, _REWARD_WORKER)
+    ray_resources: dict[str, float] = compat({}, _REWARD_WORKER)
     code_url: str | None = compat(None)
     use_local: bool = compat(True)
     reward_manager_config: list[FreeDict] = compat([])
@@ -76,6 +77,7 @@ class ValidationConfig(WorkerConfig):
     world_size: int | None = compat(None, "Validation generates with actor_infer's workers.")
     infer_batch_size: int = compat(16, "Validation generates with actor_infer's workers.")
     system_envs: dict[str, str] = compat({}, "Validation generates with actor_infer's workers.")
+    ray_resources: dict[str, float] = compat({}, "Validation generates with actor_infer's workers.")
 
 
 class DatasetFilterConfig(RollModel):

@@ -183,6 +183,10 @@ class WorkerConfig(RollModel):
     world_size: int | None = Field(None, ge=1, description="Number of workers; derived from device_mapping.")
     infer_batch_size: int = Field(16, ge=1, description="Micro-batch size of forward-only passes.")
     system_envs: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workers.")
+    ray_resources: dict[str, float] = Field(
+        default_factory=dict, description="roll: extra Ray resources each rank reserves (env managers: each actor), "
+        "e.g. {trainer_node: 1} to keep this role on the nodes started with that custom resource."
+    )
     apply_loss_scale: bool = compat(
         True, "roll always divides every micro-batch loss by the whole step's normalisers, so gradients equal "
         "those of the global batch (docs/algorithms.md)."

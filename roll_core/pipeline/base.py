@@ -37,11 +37,10 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from roll_core.errors import ConfigError
+from roll_core.distributed.worker_group import RankLost
+from roll_core.errors import ConfigError, RollError
 from roll_core.pipeline import checkpoint as ckpt
-from roll_core.pipeline.placement import actor_options, cluster_gpus, gpu_shares
 from roll_core.pipeline.tracking import MetricsTracker
-from roll_core.pipeline.workers import TrainWorker
 
 logger = logging.getLogger("roll.pipeline")
 
@@ -49,6 +48,8 @@ logger = logging.getLogger("roll.pipeline")
 CURVE_FILE = "learning_curve.png"
 #: the resolved config saved with the run, under logging_dir
 CONFIG_FILE = "config.yaml"
+#: where every rank runs (role -> ranks with node and devices), under logging_dir
+PLACEMENT_FILE = "placement.json"
 
 
 class Timer:
@@ -91,7 +92,8 @@ class TrainingLoop:
         self.tracker = MetricsTracker(config.logging_dir, title=self.title(), stream=stream,
                                       track_with=config.track_with, tracker_kwargs=config.tracker_kwargs,
                                       run_name=config.exp_name, config=config.model_dump(mode="json"))
-        self.workers: dict[str, Any] = {}
+        self.workers: dict[str, Any] = {}  # role -> TrainGroup
+        self.placement: Any = None
         self.generation: Any = None
         self.train_rollout: Any = None
         self.warmup_dir: str | None = None  # the warm-started model the train workers start from
@@ -139,31 +141,50 @@ class TrainingLoop:
         warmup = self.config.warmup_sft
         return int(warmup.steps) if warmup is not None and warmup.steps > 0 else 0
 
-    def start_generation(self) -> Any:
-        """The run's inference workers (``actor_infer``) behind one generate scheduler."""
-        from roll_core.rollout.infer_worker import num_infer_workers, start_generation
+    def start_placement(self) -> None:
+        """Reserve the devices of every role (one placement group), say where each rank runs, and
+        write ``placement.json`` (see :mod:`roll_core.distributed`)."""
+        from roll_core.distributed.layout import build_layout
+        from roll_core.distributed.placement import Placement, cluster_gpus
 
-        share = self.gpu_shares()["actor_infer"]
-        return start_generation(self.resolved, num_workers=num_infer_workers(self.config, on_gpus=share > 0),
-                                options=actor_options(self.config, "actor_infer", share))
+        if self.placement is not None:
+            return
+        roles = [*self.resolved.train_roles, "actor_infer"]
+        layout = build_layout(self.config, roles, on_gpus=cluster_gpus() > 0)
+        if layout.on_gpus and self.config.async_generation_ratio > 0 and layout.colocated("actor_train", "actor_infer"):
+            raise ConfigError("async_generation_ratio > 0 generates while the trainer trains, but actor_train and "
+                              "actor_infer share GPUs (their device_mapping overlaps): give them separate devices, "
+                              "or set async_generation_ratio: 0.")
+        self.placement = Placement.create(layout)
+        for line in self.placement.describe():
+            self.tracker.print(f"  {line}")
+        self.placement.save(os.path.join(self.config.logging_dir, PLACEMENT_FILE))
+
+    def start_generation(self) -> Any:
+        """The run's inference workers (``actor_infer``, one per rank) behind one generate scheduler."""
+        from roll_core.rollout.infer_worker import start_generation
+
+        self.start_placement()
+        return start_generation(self.resolved, placement=self.placement)
 
     def start_train_workers(self) -> None:
-        """actor_train, and the critic and reference when the run needs them."""
-        import ray
+        """actor_train, and the critic and reference when the run needs them: one group of ranks each."""
+        self.workers.update({role: self.train_group(role, self.resolved) for role in self.resolved.train_roles})
 
-        c = self.config
-        shares = self.gpu_shares()
-        remote = ray.remote(TrainWorker)
-        threads = c.system_envs.get("OMP_NUM_THREADS")
-        for role in self.resolved.train_roles:
-            self.workers[role] = remote.options(**actor_options(c, role, shares[role])).remote(
-                self.resolved, role, num_training_steps=self.num_optimizer_steps(),
-                num_threads=int(threads) if threads else None,
-            )
-        ray.get([w.ready.remote() for w in self.workers.values()])
+    def train_group(self, role: str, run: Any, *, num_training_steps: int | None = None) -> Any:
+        """The ranks of ``role`` in their bundles, as one :class:`~roll_core.distributed.worker_group.TrainGroup`."""
+        from roll_core.distributed.worker_group import TrainGroup
 
-    def gpu_shares(self) -> dict[str, float]:
-        return gpu_shares(self.config, [*self.resolved.train_roles, "actor_infer"], gpus_available=cluster_gpus())
+        self.start_placement()
+        threads = self.config.system_envs.get("OMP_NUM_THREADS")
+        return TrainGroup(run, role, self.placement, num_threads=int(threads) if threads else None,
+                          num_training_steps=num_training_steps or self.num_optimizer_steps())
+
+    @property
+    def colocated(self) -> bool:
+        """actor_train and actor_infer take turns on the same GPUs (offload/reload around phases)."""
+        layout = self.placement.layout if self.placement is not None else None
+        return bool(layout and layout.on_gpus and layout.colocated("actor_train", "actor_infer"))
 
     def use_model(self, path: str) -> None:
         """Train from ``path`` from now on (the warm-started model): the config workers receive changes."""
@@ -173,15 +194,15 @@ class TrainingLoop:
         self.resolved = self.resolved.replace_config(self.config)
 
     def shutdown(self) -> None:
-        import ray
-
         for rollout in self.rollouts_to_close():
             rollout.shutdown()
         if self.generation is not None:
             self.generation.shutdown()
-        for worker in self.workers.values():
-            ray.kill(worker, no_restart=True)
+        for group in self.workers.values():
+            group.shutdown()
         self.workers.clear()
+        if self.placement is not None:
+            self.placement.remove()
         self.tracker.close()
 
     def rollouts_to_close(self) -> list[Any]:
@@ -200,19 +221,31 @@ class TrainingLoop:
         self.resolved.save(os.path.join(c.logging_dir, CONFIG_FILE))
         self.tracker.print(self.run_header())
         resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
+        self.start_placement()
         self.start_rollouts()
-        with self._interrupt_guard():
-            if resume:
-                self.load(resume)
-                self.tracker.print(f"resumed from {resume} at step {self.step}")
-            else:
-                self.prepare()
-            while self.step < self.max_steps and not self._stop_requested:
-                self.train_step()
-            if self._stop_requested:
-                self.tracker.print(f"stopped after step {self.step}; checkpoint saved")
+        try:
+            with self._interrupt_guard():
+                if resume:
+                    self.load(resume)
+                    self.tracker.print(f"resumed from {resume} at step {self.step}")
+                else:
+                    self.prepare()
+                while self.step < self.max_steps and not self._stop_requested:
+                    self.train_step()
+                if self._stop_requested:
+                    self.tracker.print(f"stopped after step {self.step}; checkpoint saved")
+        except RankLost as exc:
+            raise RollError(f"{exc}. The run stops at step {self.step}: a lost training rank cannot be replaced "
+                            f"mid-step. {self.resume_advice()}") from exc
         self.finish()
         return 130 if self._stop_requested else 0
+
+    def resume_advice(self) -> str:
+        found = ckpt.list_checkpoints(self.config.output_dir)
+        if not found:
+            return "No checkpoint was saved yet; start the run again (save_steps sets how often it saves)."
+        return f"Continue from the last checkpoint (step {found[-1][0]}) with: roll run CONFIG " \
+               f"resume_from_checkpoint={found[-1][1]}"
 
     def prepare(self) -> None:
         """Before step 1: the untrained model's validation, the optional warm start, step-0 validation."""
@@ -280,30 +313,32 @@ class TrainingLoop:
 
     def optimize(self, data: dict[str, Any], step: int, timer: Timer) -> dict[str, float]:
         """Log-probs, values, advantages, critic and actor updates on one batch; returns metrics."""
-        import ray
-
         c = self.config
         metrics: dict[str, float] = {}
         actor = self.workers["actor_train"]
-        data_ref = ray.put({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")})
+        if self.colocated:  # the inference engine makes room on the GPUs it shares with training
+            with timer("offload"):
+                self.generation.offload()
+                actor.reload()
+        forward = {k: data[k] for k in ("input_ids", "attention_mask", "response_mask")}
         if self.use_reference:
             with timer("ref_logp"):
-                data["ref_log_probs"] = ray.get(self.workers["reference"].compute_log_probs.remote(data_ref))
+                data["ref_log_probs"] = self.workers["reference"].compute_log_probs(forward)
         if self.recompute_old_log_probs(len(data["input_ids"])):
             with timer("old_logp"):
-                data["old_log_probs"] = ray.get(actor.compute_log_probs.remote(data_ref))
+                data["old_log_probs"] = actor.compute_log_probs(forward)
         if self.needs_critic:
             with timer("values"):
-                data["values"] = ray.get(self.workers["critic"].compute_values.remote(data_ref))
+                data["values"] = self.workers["critic"].compute_values(forward)
         with timer("advantages"):
             metrics.update(self.compute_advantages(data))
-        train_ref = ray.put({k: v for k, v in data.items() if k not in self.NON_TRAIN_KEYS})
+        train = {k: v for k, v in data.items() if k not in self.NON_TRAIN_KEYS}
         if self.needs_critic:
             with timer("critic"):
-                metrics.update(ray.get(self.workers["critic"].train_critic.remote(train_ref, shuffle_seed=step)))
+                metrics.update(self.workers["critic"].train_critic(train, shuffle_seed=step))
         if step > c.critic_warmup or not self.needs_critic:
             with timer("actor"):
-                metrics.update(ray.get(actor.train_actor.remote(train_ref, epochs=c.ppo_epochs, shuffle_seed=step)))
+                metrics.update(actor.train_actor(train, epochs=c.ppo_epochs, shuffle_seed=step))
         return metrics
 
     def recompute_old_log_probs(self, rows: int) -> bool:
@@ -347,12 +382,13 @@ class TrainingLoop:
 
     def sync_weights(self, version: int | None = None) -> None:
         """actor_train -> inference workers; generation is paused meanwhile."""
-        import ray
-
         version = self.step if version is None else version
         with self.paused():
-            weights = ray.get(self.workers["actor_train"].export_weights.remote())
-            self.generation.update_weights(weights, version)
+            refs = self.workers["actor_train"].export_weights_ref()  # stays in the object store
+            if self.colocated:  # training hands the GPUs back to the inference engine
+                self.workers["actor_train"].offload()
+                self.generation.reload()
+            self.generation.update_weights(refs, version)
             for rollout in self.rollouts():
                 rollout.set_version(version)
 
@@ -371,31 +407,25 @@ class TrainingLoop:
 
     def save(self) -> str:
         """``output_dir/checkpoint-{step}``: actor (HF format + trainer state), critic, pipeline state."""
-        import ray
-
         c = self.config
         tmp = ckpt.begin(c.output_dir, self.step)
-        calls = [self.workers["actor_train"].save_checkpoint.remote(tmp)]
+        self.workers["actor_train"].save_checkpoint(tmp)
         if self.needs_critic:
-            calls.append(self.workers["critic"].save_checkpoint.remote(os.path.join(tmp, "critic")))
-        ray.get(calls)
+            self.workers["critic"].save_checkpoint(os.path.join(tmp, "critic"))
         path = ckpt.commit(tmp, self.state_dict(), keep_last=c.max_ckpt_to_keep or None)
         logger.info("saved %s", path)
         return path
 
     def load(self, path: str) -> None:
         """Start the train workers from ``path``'s run and restore everything it saved."""
-        import ray
-
         state = ckpt.load_state(path)
         self.warmup_dir = state.get("warmup_dir")
         if self.warmup_dir:  # the reference model (if any) is the warm-started one
             self.use_model(self.warmup_dir)
         self.start_train_workers()
-        calls = [self.workers["actor_train"].load_checkpoint.remote(path)]
+        self.workers["actor_train"].load_checkpoint(path)
         if self.needs_critic:
-            calls.append(self.workers["critic"].load_checkpoint.remote(os.path.join(path, "critic")))
-        ray.get(calls)
+            self.workers["critic"].load_checkpoint(os.path.join(path, "critic"))
         self.step = int(state["step"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.train_rollout.load_state_dict(state["rollout"])

@@ -160,17 +160,16 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
 
     Returns the saved model directory and the last step's metrics.
     """
-    import ray
-
-    from roll_core.pipeline.placement import actor_options
-    from roll_core.pipeline.workers import TrainWorker
+    import concurrent.futures
 
     config = pipeline.config
     warmup = config.warmup_sft
     out_dir = os.path.join(config.output_dir, WARMUP_DIR)
     started = time.perf_counter()
-    worker = ray.remote(TrainWorker).options(**actor_options(config, "actor_train", 0.0)).remote(
-        pipeline.resolved.replace_config(warmup_config(config)), "actor_train", num_training_steps=warmup.steps)
+    # actor_train's ranks, on its devices, with the warm start's optimiser settings
+    group = pipeline.train_group("actor_train", pipeline.resolved.replace_config(warmup_config(config)),
+                                 num_training_steps=warmup.steps)
+    steps = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warmup")  # train while demos are made
     metrics: dict[str, float] = {}
     demo: dict[str, float] = {}
     solver_steps = 0
@@ -182,16 +181,17 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
             solver_steps += use_solver
             rows, demo = demonstrations(use_solver)  # the next batch is made while this one trains
             if pending is not None:
-                metrics = ray.get(pending)
+                metrics = pending.result()
                 if step % report_every == 0:  # the step before this one is done
                     pipeline.tracker.print(f"warm start {step}/{warmup.steps} | response nll {metrics['sft/nll']:.3f} "
                                            f"| {time.perf_counter() - started:.0f}s")
-            pending = worker.train_sft.remote(rows)
+            pending = steps.submit(group.train_sft, rows)
         if pending is not None:
-            metrics = {**ray.get(pending), **demo}
-        ray.get(worker.save_model.remote(out_dir))
+            metrics = {**pending.result(), **demo}
+        group.save_model(out_dir)
     finally:
-        ray.kill(worker, no_restart=True)
+        steps.shutdown(wait=True)
+        group.shutdown()
     metrics["sft/solver_steps"] = float(solver_steps)
     metrics["time/warmup_sft"] = time.perf_counter() - started
     return out_dir, metrics

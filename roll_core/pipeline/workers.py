@@ -6,10 +6,11 @@ if/elif on a config string. Each worker receives the resolved :class:`~roll_core
 and builds its role's bound strategy registration; it checks that its plugin versions are the
 driver's (:meth:`Run.check_plugins`) and looks nothing up by name.
 
-Batches travel as plain dicts of CPU tensors (and per-row lists). The loss functions are built
-here, in the worker, from the run's bound policy loss, so the driver ships data, not closures.
-``ppo_epochs`` and the split into optimiser steps also happen here, so a batch crosses the
-process boundary once per step.
+Batches travel as plain dicts of CPU tensors (and per-row lists), put into the object store once
+per step; each rank is told which rows are its own (:mod:`roll_core.distributed.dispatch`). The
+loss functions are built here, in the worker, from the run's bound policy loss, so the driver
+ships data and row indices, not closures. :class:`roll_core.distributed.worker_group.TrainGroup`
+drives the ranks of a role together.
 """
 
 from __future__ import annotations
@@ -100,49 +101,76 @@ def _sft_loss(micro_batch, log_probs, _entropy, *, normalisers):
 
 
 class TrainWorker:
-    """One strategy in its own process (a Ray actor); see the module docstring."""
+    """One rank of a train role: a strategy in its own process (a Ray actor); see the module docstring.
+
+    ``rank_env`` holds the rendezvous variables of its worker group (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR`` ...); with several ranks the process group is joined before the strategy is
+    built, so DeepSpeed and Megatron find it ready and ``hf_train`` trains data-parallel.
+    """
 
     def __init__(self, run: Any, role: str, *, num_training_steps: int | None = None,
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, rank_env: dict[str, str] | None = None):
         import torch
 
-        run.check_plugins(f"{role} worker")
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
-        self.run = run
-        self.config = run.config
+        from roll_core.distributed.process_group import init_from_env
+
+        self.init_error: Exception | None = None
         self.role = role
-        self.policy_loss = run.policy_loss.load() if role == "actor_train" else None
-        self.strategy = build_strategy(run, role, num_training_steps=num_training_steps)
+        try:
+            run.check_plugins(f"{role} worker")
+            if num_threads:
+                torch.set_num_threads(int(num_threads))
+            init_from_env(rank_env)
+            self.run = run
+            self.config = run.config
+            self.policy_loss = run.policy_loss.load() if role == "actor_train" else None
+            self.strategy = build_strategy(run, role, num_training_steps=num_training_steps)
+            self.dp_rank, self.dp_size = self.strategy.data_parallel()
+        except Exception as exc:  # kept for ready(): the driver then gets this exception, not "actor died"
+            self.init_error = exc
 
     def ready(self) -> dict[str, Any]:
-        return {"role": self.role, "pid": os.getpid(), "mini_batch_size": self.mini_batch_size()}
+        """The rank's data-parallel coordinates; raises what went wrong while it was built."""
+        from roll_core.distributed.process_group import rank
+
+        if self.init_error is not None:
+            raise self.init_error
+        return {"role": self.role, "rank": rank(), "pid": os.getpid(), "mini_batch_size": self.mini_batch_size(),
+                "dp_rank": self.dp_rank, "dp_size": self.dp_size, "collects": self.strategy.collects_outputs()}
 
     def mini_batch_size(self) -> int:
         return int(self.strategy.mini_batch_size)
 
     # -- forward passes ----------------------------------------------------------------------
-    def compute_log_probs(self, batch: dict[str, Any]):
-        log_probs, _ = self.strategy.compute_log_probs(batch)
+    def compute_log_probs(self, batch: dict[str, Any], rows: list[int] | None = None):
+        log_probs, _ = self.strategy.compute_log_probs(_rows(batch, rows))
         return log_probs
 
-    def compute_values(self, batch: dict[str, Any]):
-        return self.strategy.compute_values(batch)
+    def compute_values(self, batch: dict[str, Any], rows: list[int] | None = None):
+        return self.strategy.compute_values(_rows(batch, rows))
 
     # -- training ----------------------------------------------------------------------------
     def normalisers(self, batch: dict[str, Any]) -> Any:
-        """The loss normalisers of one optimiser step over ``batch`` (docs/algorithms.md §6.5)."""
+        """The loss normalisers of one optimiser step (docs/algorithms.md §6.5): this rank's counts
+        summed over the data-parallel ranks, which together hold the step's rows."""
         from roll_core.algorithms import Normalisers, label_mask
         from roll_core.algorithms.aggregation import norm_seq_len
 
-        return Normalisers.from_mask(label_mask(batch), norm_seq_len(self.config))
+        local = Normalisers.from_mask(label_mask(batch), norm_seq_len(self.config))
+        if getattr(self, "dp_size", 1) <= 1:
+            return local
+        import torch
+        import torch.distributed as dist
 
-    def train_actor(self, batch: dict[str, Any], *, epochs: int, shuffle_seed: int) -> dict[str, float]:
-        """``epochs`` passes over ``batch``, one optimiser step per mini-batch; mean metrics.
+        counts = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64)
+        dist.all_reduce(counts, group=self.strategy.data_parallel_group())
+        return Normalisers(float(counts[0]), float(counts[1]), local.seq_len)
 
-        Without ``old_log_probs`` in the batch (no recompute needed: one optimiser step in all),
-        the first forward's detached log-probs are pi_old, so the ratio is 1 (docs/algorithms.md §6.1).
-        """
+    def train_actor(self, batch: dict[str, Any], plan: list[list[int]], *, epochs: int) -> dict[str, float]:
+        """One optimiser step per entry of ``plan`` (this rank's rows of each step, ``epochs`` passes
+        planned by the driver); mean metrics. Without ``old_log_probs`` in the batch (no recompute
+        needed: one optimiser step in all), the first forward's detached log-probs are pi_old, so the
+        ratio is 1 (docs/algorithms.md §6.1)."""
         from roll_core.algorithms import make_actor_loss_fn
 
         needs_entropy = float(self.config.entropy_loss_coef) > 0  # a full-vocabulary softmax per token
@@ -158,56 +186,54 @@ class TrainWorker:
             loss_fn.needs_entropy = needs_entropy
             return self.strategy.train_step(mini, loss_fn)
 
-        return self._epochs(batch, epochs, shuffle_seed, step, prefix="actor/")
+        return self._steps(batch, plan, step, prefix="actor/")
 
-    def train_critic(self, batch: dict[str, Any], *, shuffle_seed: int) -> dict[str, float]:
-        """One epoch of value regression on ``returns`` (§6.6)."""
+    def train_critic(self, batch: dict[str, Any], plan: list[list[int]], *, epochs: int = 1) -> dict[str, float]:
+        """Value regression on ``returns`` (§6.6), one optimiser step per entry of ``plan``."""
         from roll_core.algorithms import make_critic_loss_fn
 
         def step(mini):
             return self.strategy.train_step(mini, make_critic_loss_fn(self.config, self.normalisers(mini)))
 
-        return self._epochs(batch, 1, shuffle_seed, step, prefix="critic/")
+        return self._steps(batch, plan, step, prefix="critic/")
 
-    def train_sft(self, batch: dict[str, Any]) -> dict[str, float]:
+    def train_sft(self, batch: dict[str, Any], plan: list[list[int]] | None = None, *, epochs: int = 1
+                  ) -> dict[str, float]:
         """One optimiser step of supervised learning on the response tokens (the format warm start)."""
         from functools import partial
 
-        loss_fn = partial(_sft_loss, normalisers=self.normalisers(batch))
-        metrics = self.strategy.train_step(batch, loss_fn)
+        rows = _rows(batch, plan[0] if plan else None)
+        loss_fn = partial(_sft_loss, normalisers=self.normalisers(rows))
+        metrics = self.strategy.train_step(rows, loss_fn)
         # the loss function reports each micro-batch's share; the step's NLL is their sum
         return {"sft/nll": metrics["loss"], "sft/grad_norm": metrics["grad_norm"], "sft/lr": metrics["lr"]}
 
-    def _epochs(self, batch, epochs, shuffle_seed, step, *, prefix: str) -> dict[str, float]:
-        import torch
-
-        from roll_core.rollout.batch import take_rows
-
-        size = len(batch["input_ids"])
-        mini = self.mini_batch_size() or size
+    def _steps(self, batch, plan, step, *, prefix: str) -> dict[str, float]:
         sums: dict[str, float] = {}
-        count = 0
-        for epoch in range(epochs):
-            order = torch.arange(size)
-            if epochs > 1 or mini < size:  # seeded, so a resumed run shuffles identically
-                gen = torch.Generator().manual_seed(int(shuffle_seed) * 1000 + epoch)
-                order = torch.randperm(size, generator=gen)
-            for start in range(0, size, mini):
-                rows = order[start : start + mini]
-                metrics = step(take_rows(batch, rows, size))
-                count += 1
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
+        for rows in plan:
+            metrics = step(_rows(batch, rows))
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
         out = {}
         for key, value in sums.items():
             name = key if "/" in key else prefix + key
-            out[name] = value / max(count, 1)
-        out[prefix + "optimizer_steps"] = float(count)
+            out[name] = value / max(len(plan), 1)
+        out[prefix + "optimizer_steps"] = float(len(plan))
         return {k: v for k, v in out.items() if math.isfinite(v)}
 
     # -- weights and checkpoints ----------------------------------------------------------------
     def export_weights(self) -> dict[str, Any]:
         return self.strategy.export_weights()
+
+    def export_weights_ref(self) -> list[Any] | None:
+        """``[ObjectRef]`` of this rank's exported weights on rank 0 (None elsewhere): the inference
+        workers fetch them from the object store; the driver only passes the reference on."""
+        import ray
+
+        from roll_core.distributed.process_group import rank
+
+        weights = self.strategy.export_weights()  # every rank: collective under ZeRO-3
+        return [ray.put(weights)] if rank() == 0 else None
 
     def save_checkpoint(self, path: str) -> None:
         self.strategy.save_checkpoint(path)
@@ -216,12 +242,36 @@ class TrainWorker:
         """The weights as a model directory other workers can start from (written atomically)."""
         import shutil
 
+        from roll_core.distributed.process_group import barrier, rank
+
         tmp = path + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+        if rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        barrier()
         self.strategy.save_checkpoint(tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
+        barrier()
+        if rank() == 0:
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
+        barrier()
         return path
 
     def load_checkpoint(self, path: str) -> None:
         self.strategy.load_checkpoint(path)
+
+    def offload(self) -> None:
+        self.strategy.offload()
+
+    def reload(self) -> None:
+        self.strategy.reload()
+
+
+def _rows(batch: dict[str, Any], rows: list[int] | None) -> dict[str, Any]:
+    """``batch``'s rows ``rows`` (all of it for ``None``), in that order."""
+    if rows is None:
+        return batch
+    import torch
+
+    from roll_core.rollout.batch import take_rows
+
+    return take_rows(batch, torch.tensor(rows, dtype=torch.long), len(batch["input_ids"]))

@@ -5,7 +5,8 @@ what makes sync mode exact: a batch of n trajectories admits n / group_size grou
 loops then wait for the next ``get_batch``, and nothing generated is thrown away. The same hook
 is where an asynchronous pipeline keeps generation ahead of training (``LookaheadAdmission``).
 
-* :class:`DemandAdmission` -- training, ``async_generation_ratio: 0``.
+* :class:`DemandAdmission` -- training, ``async_generation_ratio: 0``: exactly the groups a batch
+  needs, planned round-robin (reproducible).
 * :class:`LookaheadAdmission` -- training, ``async_generation_ratio: k > 0``: up to k extra
   batches of groups run while the trainer trains.
 * :class:`PlannedAdmission` -- validation: each ``get_batch`` is a pass over the same
@@ -58,62 +59,116 @@ class Admission(abc.ABC):
         if episode_id in self.returned[group_id]:
             self.returned[group_id].remove(episode_id)
 
+    def state_dict(self) -> dict[str, int]:
+        """What a resumed run needs besides the episode counters (the group queue saves those)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore :meth:`state_dict`."""
+
 
 class DemandAdmission(Admission):
-    """Admit exactly as many group-episodes as pending ``get_batch`` calls still need.
+    """Sync training: each ``get_batch`` of k groups plans the next k group-episodes round-robin.
 
-    ``max_per_group`` (``max_traj_per_env``) caps the new episodes one group starts between two
-    ``get_batch`` calls, so fast groups cannot fill a batch on their own (None: no cap).
+    Which groups play is decided by the plan, never by which env loop asks first: with more groups
+    than a batch needs (a warm start's 64 single-env groups, 16 a batch), the batch is the same
+    instances in every run, so a sync run is reproducible. The cursor moves on across batches (and
+    is checkpointed). ``max_per_group`` (``max_traj_per_env``) caps the episodes one group starts
+    per ``get_batch``: the plan skips a group at its cap.
     """
 
     def __init__(self, num_groups: int, max_per_group: int | None = None):
         super().__init__(num_groups)
         self.demand = 0
         self.max_per_group = max_per_group
+        self.cursor = 0
+        self.planned = [0] * num_groups
         self.started = [0] * num_groups
 
     def start_request(self, groups: int) -> None:
         self.demand += groups
+        self.started = [0] * self.num_groups
+        for _ in range(groups):
+            self._plan_next()
+
+    def _plan_next(self) -> None:
+        for _ in range(self.num_groups):
+            group, self.cursor = self.cursor, (self.cursor + 1) % self.num_groups
+            if self.max_per_group is None or self.started[group] + self.planned[group] < self.max_per_group:
+                self.planned[group] += 1
+                return
+
+    def end_request(self, groups: int) -> None:
+        self.demand -= groups
+        if self.demand <= 0:  # a request that gave up leaves no plan behind
+            self.demand, self.planned = 0, [0] * self.num_groups
+
+    def allows(self, group_id: int, busy: int) -> bool:
+        return self.planned[group_id] > 0
+
+    def take_episode(self, group_id: int) -> int:
+        self.planned[group_id] -= 1
+        if not self.returned[group_id]:  # a re-admitted episode was counted when it first started
+            self.started[group_id] += 1
+        return super().take_episode(group_id)
+
+    def give_back(self, group_id: int, episode_id: int) -> None:
+        super().give_back(group_id, episode_id)
+        self.planned[group_id] += 1  # the same episode, replayed
+
+    def released(self, group_id: int, episode_id: int) -> None:
+        """A given-up episode is replaced by one of the next group in the plan, so the batch still
+        fills even when one group's env keeps failing."""
+        self._plan_next()
+
+    def state_dict(self) -> dict[str, int]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.cursor = int(state.get("cursor", 0)) % self.num_groups
+
+
+class LookaheadAdmission(Admission):
+    """Async training: keep ``ratio`` (k) batches of groups generating ahead of the trainer.
+
+    First come, first admitted: generation is timing-dependent anyway in async mode, and a free
+    env loop starting at once is what hides stragglers. Why k batches and no more: batches are
+    served oldest admission first, so a group admitted at version v has fewer than ``demand + k *
+    batch`` groups ahead of it and is served by one of the next k batches after the pending one,
+    i.e. while the trainer is at version v + k at the latest. Admitting more would start work that
+    could only be dropped as stale. What can still go stale is a group that finishes after younger
+    ones (served out of order); env loops stop it as soon as its oldest turn falls more than k
+    versions behind (roll_core.rollout.env_manager). ``max_per_group`` caps new episodes of a
+    group between two ``get_batch`` calls.
+    """
+
+    def __init__(self, num_groups: int, ratio: float, max_per_group: int | None = None):
+        super().__init__(num_groups)
+        self.ratio = ratio
+        self.batch_groups = 0
+        self.demand = 0
+        self.max_per_group = max_per_group
+        self.started = [0] * num_groups
+
+    def start_request(self, groups: int) -> None:
+        self.demand += groups
+        self.batch_groups = max(self.batch_groups, groups)
         self.started = [0] * self.num_groups
 
     def end_request(self, groups: int) -> None:
         self.demand -= groups
 
     def capacity(self) -> int:
-        return self.demand
+        return self.demand + int(self.ratio * self.batch_groups)
 
     def allows(self, group_id: int, busy: int) -> bool:
         under_cap = self.max_per_group is None or self.started[group_id] < self.max_per_group
         return busy < self.capacity() and under_cap
 
     def take_episode(self, group_id: int) -> int:
-        if not self.returned[group_id]:  # a re-admitted episode was counted when it first started
+        if not self.returned[group_id]:
             self.started[group_id] += 1
         return super().take_episode(group_id)
-
-
-class LookaheadAdmission(DemandAdmission):
-    """Keep ``ratio`` (k) batches of groups generating ahead of the trainer (async training).
-
-    Why k batches and no more: batches are served oldest admission first, so a group admitted at
-    version v has fewer than ``demand + k * batch`` groups ahead of it and is served by one of the
-    next k batches after the pending one, i.e. while the trainer is at version v + k at the latest.
-    Admitting more would start work that could only be dropped as stale. What can still go stale
-    is a group that finishes after younger ones (served out of order); env loops stop it as soon as
-    its oldest turn falls more than k versions behind (roll_core.rollout.env_manager).
-    """
-
-    def __init__(self, num_groups: int, ratio: float, max_per_group: int | None = None):
-        super().__init__(num_groups, max_per_group)
-        self.ratio = ratio
-        self.batch_groups = 0
-
-    def start_request(self, groups: int) -> None:
-        super().start_request(groups)
-        self.batch_groups = max(self.batch_groups, groups)
-
-    def capacity(self) -> int:
-        return self.demand + int(self.ratio * self.batch_groups)
 
 
 class PlannedAdmission(Admission):

@@ -400,9 +400,11 @@ class EnvManager:
 
     def ready(self) -> dict[str, Any]:
         self.ping()
+        import ray
+
         core = self.core
         return {"worker": core.worker_index, "pid": os.getpid(), "groups": [g.group_id for g in core.groups],
-                "envs": sum(len(g.members) for g in core.groups)}
+                "envs": sum(len(g.members) for g in core.groups), "node_id": ray.get_runtime_context().get_node_id()}
 
     def ping(self) -> bool:
         if self.error is not None:

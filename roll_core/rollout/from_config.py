@@ -70,6 +70,7 @@ def rollout_spec(run: Any, mode: str = "train", *, policy: str | None = None, **
         group_size=manager.group_size,
         group_size_redundancy=manager.group_size_redundancy,
         max_traj_per_env=manager.max_traj_per_env,
+        worker_resources=dict(manager.ray_resources),
         max_env_num_per_worker=manager.max_env_num_per_worker or manager.num_envs,
         group_tags=group_tags,
         envs=env_specs(run, sorted(set(tags))),

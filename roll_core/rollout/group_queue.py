@@ -217,7 +217,7 @@ class GroupQueue:
     def state_dict(self) -> dict[str, Any]:
         """Episode counters, version and pass: what a resumed run needs to replay the same seeds."""
         return {"next_episode": list(self.admission.next_episode),
-                "returned": [list(r) for r in self.admission.returned],
+                "returned": [list(r) for r in self.admission.returned], "admission": self.admission.state_dict(),
                 "version": self.version, "pass_id": self.pass_id, "serial": self.serial}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -228,6 +228,7 @@ class GroupQueue:
         self.admission.next_episode = [int(e) for e in state["next_episode"]]
         for group_id, episodes in enumerate(state.get("returned") or []):
             self.admission.returned[group_id] = deque(int(e) for e in episodes)
+        self.admission.load_state_dict(state.get("admission") or {})
         self.version = int(state.get("version", self.version))
         self.pass_id = int(state.get("pass_id", self.pass_id))
         self.serial = int(state.get("serial", 0))

@@ -39,39 +39,58 @@ class InferWorker:
     def policy_version(self) -> int:
         return int(self.strategy.policy_version)
 
+    def offload(self) -> None:
+        self.strategy.offload()
 
-def num_infer_workers(config: Any, *, on_gpus: bool) -> int:
-    """``actor_infer.world_size``, else its devices divided by ``num_gpus_per_worker`` on GPUs, else 1."""
-    infer = config.actor_infer
-    if infer.world_size:
-        return int(infer.world_size)
-    if on_gpus and infer.device_mapping:
-        return max(1, len(infer.device_mapping) // infer.num_gpus_per_worker)
-    return 1
+    def reload(self) -> None:
+        self.strategy.reload()
 
 
 class Generation:
-    """The inference workers of a run and the :class:`GenerateScheduler` in front of them."""
+    """The inference workers of a run and the :class:`GenerateScheduler` in front of them.
 
-    def __init__(self, run: Any, *, num_workers: int, options: Mapping[str, Any] | None = None,
-                 max_batch_size: int | None = None, **overrides: Any):
+    With a ``placement`` (the pipeline's), one worker per ``actor_infer`` rank in its bundle, with
+    its devices; otherwise ``num_workers`` workers with Ray ``options`` (``roll rollout``, tests).
+    """
+
+    def __init__(self, run: Any, *, placement: Any = None, num_workers: int = 1,
+                 options: Mapping[str, Any] | None = None, max_batch_size: int | None = None, **overrides: Any):
         import ray
 
         config = run.config
         infer = config.actor_infer
         pretrain = infer.model_args.model_name_or_path or config.pretrain
-        remote = ray.remote(InferWorker).options(**{**dict(options or {}), "max_concurrency": 2})
+        if placement is not None:
+            worker_options = [placement.actor_options(config, p) for p in placement.ranks["actor_infer"]]
+        else:
+            worker_options = [dict(options or {})] * max(1, num_workers)
+        remote = ray.remote(InferWorker)
         strategy = run.strategy("actor_infer")
         # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
-        self.workers = [remote.remote(strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins),
-                                      **overrides) for _ in range(max(1, num_workers))]
+        self.workers = [remote.options(**{**o, "max_concurrency": 2}).remote(
+            strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
+            for o in worker_options]
         ray.get([w.policy_version.remote() for w in self.workers])
         self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size)
 
-    def update_weights(self, weights: dict[str, Any], version: int) -> None:
+    def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
+        """Load new weights everywhere: a state dict (put into the object store once here), or
+        ``[ObjectRef]`` of one already there (a train group's :meth:`export_weights_ref`), which
+        each worker fetches itself, without a copy through the driver."""
         import ray
 
-        ray.get(self.scheduler.update_weights.remote([ray.put(weights)], version))
+        refs = weights if isinstance(weights, list) else [ray.put(weights)]
+        ray.get(self.scheduler.update_weights.remote(refs, version))
+
+    def offload(self) -> None:
+        import ray
+
+        ray.get([w.offload.remote() for w in self.workers])
+
+    def reload(self) -> None:
+        import ray
+
+        ray.get([w.reload.remote() for w in self.workers])
 
     def activity(self) -> dict[str, float]:
         """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
@@ -86,10 +105,11 @@ class Generation:
             ray.kill(actor, no_restart=True)
 
 
-def start_generation(run: Any, *, num_workers: int, options: Mapping[str, Any] | None = None,
+def start_generation(run: Any, *, placement: Any = None, num_workers: int = 1, options: Mapping[str, Any] | None = None,
                      max_batch_size: int | None = None, **overrides: Any) -> Generation:
-    """``num_workers`` inference workers for the run's ``actor_infer`` and their scheduler; ready on return."""
-    return Generation(run, num_workers=num_workers, options=options, max_batch_size=max_batch_size, **overrides)
+    """The run's ``actor_infer`` workers (see :class:`Generation`) and their scheduler; ready on return."""
+    return Generation(run, placement=placement, num_workers=num_workers, options=options,
+                      max_batch_size=max_batch_size, **overrides)
 
 
 def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02) -> Any:

@@ -84,8 +84,11 @@ class RolloutScheduler:
             max_episodes_per_group=spec.max_traj_per_env if spec.max_traj_per_env > 0 else None,
             shared={"tokenizer": [self._tokenizer_ref], "generate_scheduler": generate_scheduler},
         )
+        # spread over the cluster's nodes (restarted elsewhere when a node is lost), on the nodes that
+        # offer the env manager's ray_resources when it names some
         options: dict[str, Any] = dict(num_cpus=spec.worker_num_cpus, max_restarts=spec.worker_max_restarts,
-                                       max_task_retries=0)
+                                       max_task_retries=0, scheduling_strategy="SPREAD",
+                                       resources=dict(spec.worker_resources))
         if worker_env_vars:
             options["runtime_env"] = {"env_vars": dict(worker_env_vars)}
         actor = ray.remote(EnvManager)

@@ -61,6 +61,7 @@ class RolloutSpec:
     format_penalty: float = 0.0  # added to the reward of a turn without a valid action (env manager level)
     worker_max_restarts: int = 4  # Ray restarts of a crashed env-manager actor
     worker_num_cpus: float = 0.0  # Ray CPU reservation per env-manager actor (they mostly wait)
+    worker_resources: Mapping[str, float] = field(default_factory=dict)  # Ray resources per env-manager actor
     #: distribution -> version of the run's plugins; env-manager workers check theirs against it
     plugins: Mapping[str, str] = field(default_factory=dict)
 

@@ -98,6 +98,26 @@ class WorkerStrategy:
     def reload(self) -> None:
         """Undo :meth:`offload` before this strategy is used again."""
 
+    # -- data parallelism (train and critic strategies; one rank per process) ------------------
+    def data_parallel(self) -> tuple[int, int]:
+        """``(rank, size)`` of this process among the ranks that split a batch between them.
+
+        The default is pure data parallelism: every rank of the role's process group (one rank:
+        ``(0, 1)``). A backend with model parallelism returns its data-parallel coordinates; ranks
+        with the same data-parallel rank then get the same rows.
+        """
+        from roll_core.distributed.process_group import rank, world_size
+
+        return rank(), world_size()
+
+    def data_parallel_group(self) -> Any:
+        """The torch process group over which step-wide counts are summed (``None``: all ranks)."""
+        return None
+
+    def collects_outputs(self) -> bool:
+        """Whether this rank returns its share's results (one rank per data-parallel shard does)."""
+        return True
+
 
 class InferStrategy(WorkerStrategy, abc.ABC):
     """Generates token ids with log-probs; loads weights exported by a train strategy."""

@@ -114,6 +114,7 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
                 gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
         self.model = ValueModel(backbone).to(self.device)
         self.frozen_parameters = freeze_prefixes(self.model.backbone, freeze_module_prefix)
+        self._wrap_data_parallel()
         self._setup_optimizer()
 
     @classmethod
@@ -142,11 +143,14 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
     def save_checkpoint(self, path: str) -> None:
         from safetensors.torch import save_file
 
+        from roll_core.distributed.process_group import rank
+
         os.makedirs(path, exist_ok=True)
-        self.model.backbone.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        head = {k: v.detach().cpu().contiguous() for k, v in self.model.value_head.state_dict().items()}
-        save_file(head, os.path.join(path, VALUE_HEAD_FILE))
+        if rank() == 0:
+            self.model.backbone.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+            head = {k: v.detach().cpu().contiguous() for k, v in self.model.value_head.state_dict().items()}
+            save_file(head, os.path.join(path, VALUE_HEAD_FILE))
         self._save_trainer_state(path)
 
     def load_checkpoint(self, path: str) -> None:
@@ -162,5 +166,5 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
 
     def _values(self, mb: Mapping[str, Any]) -> torch.Tensor:
         mask = mb["attention_mask"]
-        values = self.model(mb["input_ids"], attention_mask=mask_or_none(mask), position_ids=positions(mask))
+        values = self._train_module()(mb["input_ids"], attention_mask=mask_or_none(mask), position_ids=positions(mask))
         return values[:, :-1].float() * mb["response_mask"][:, 1:].float()

@@ -175,3 +175,17 @@ def set_num_threads(num_threads: int | None) -> None:
         if num_threads < 1:
             raise ConfigError(f"strategy_config.num_threads must be >= 1, got {num_threads}.")
         torch.set_num_threads(int(num_threads))
+
+
+def tensor_parallel_from_devices(worker_config: Any, strategy_config: Mapping[str, Any], key: str) -> dict[str, int]:
+    """``{key: num_gpus_per_worker}`` for an inference engine with tensor parallelism (vLLM's
+    ``tensor_parallel_size``, SGLang's ``tp_size``): each worker spreads its model over the GPUs of
+    its bundle unless ``strategy_config`` says otherwise; a value that disagrees is an error."""
+    gpus = int(cfg_get(worker_config, "num_gpus_per_worker", 1) or 1)
+    given = strategy_config.get(key)
+    if given is None:
+        return {key: gpus} if gpus > 1 else {}
+    if gpus > 1 and int(given) != gpus:
+        raise ConfigError(f"actor_infer.strategy_args.strategy_config.{key} is {given}, but each worker has "
+                          f"num_gpus_per_worker={gpus} GPUs; make them agree (or drop {key}).")
+    return {}

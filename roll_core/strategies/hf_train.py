@@ -64,6 +64,8 @@ from roll_core.strategies.tensors import (
 )
 
 TRAINER_STATE = "trainer_state.pt"
+#: the RNG state of data-parallel rank > 0 (rank 0's is in TRAINER_STATE)
+RANK_STATE = "rng_state_rank{rank}.pt"
 
 
 class OptimizedModel:
@@ -77,11 +79,55 @@ class OptimizedModel:
     device: Any
     trainable: bool
     settings: OptimizerSettings
+    #: the model wrapped in DistributedDataParallel when the role has several ranks (training only)
+    ddp: Any = None
 
     @property
     def mini_batch_size(self) -> int:
-        """Rows the pipeline should pass to one ``train_step`` (one optimiser step)."""
+        """Rows the pipeline should pass to one ``train_step`` (one optimiser step) on this rank."""
         return self.settings.mini_batch_size
+
+    def _wrap_data_parallel(self) -> None:
+        """Several ranks: train through torch's DistributedDataParallel (gloo on CPU, nccl on GPU).
+
+        DDP averages gradients over ranks, while every rank's loss is already its share of the
+        global-batch loss (global normalisers): the backward multiplies by the number of ranks, so
+        the update is the whole batch's, whatever the number of ranks.
+        """
+        from roll_core.distributed.process_group import world_size
+
+        if self.trainable and world_size() > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(self.model, device_ids=None)
+
+    def offload(self) -> None:
+        """Move the weights and the optimizer state to CPU memory while a colocated role (the
+        inference engine) uses the GPU; :meth:`reload` brings them back. Nothing to do on CPU, and
+        nothing under DDP (its gradient buckets live on the device)."""
+        if self.device.type != "cuda" or self.ddp is not None or getattr(self, "_offloaded", False):
+            return
+        self._move_state("cpu")
+        self._offloaded = True
+        torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        if not getattr(self, "_offloaded", False):
+            return
+        self._move_state(self.device)
+        self._offloaded = False
+
+    def _move_state(self, device: Any) -> None:
+        self.model.to(device)
+        optimizer = getattr(self, "optimizer", None)
+        for state in (optimizer.state.values() if optimizer is not None else ()):
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.dim() > 0:
+                    state[key] = value.to(device, non_blocking=True)
+
+    def _train_module(self) -> Any:
+        """What training forwards go through: the DDP wrapper while training with several ranks."""
+        return self.ddp if self.ddp is not None and self.model.training else self.model
 
     def _setup_optimizer(self) -> None:
         s = self.settings
@@ -100,12 +146,20 @@ class OptimizedModel:
         if not self.trainable:
             raise RollError(f"{type(self).__name__} was built with trainable=False (a reference model); "
                             "it cannot train.")
+        from contextlib import nullcontext
+
+        from roll_core.distributed.process_group import all_reduce_sum, world_size
+
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, metric_sums, rows_seen = 0.0, {}, 0
-        for mb, rows, _ in micro_batches(batch, self.settings.per_device_train_batch_size, self.device):
-            loss, metrics = run_micro(mb)
-            loss.backward()
+        ranks = world_size() if self.ddp is not None else 1
+        micro = list(micro_batches(batch, self.settings.per_device_train_batch_size, self.device))
+        for i, (mb, rows, _) in enumerate(micro):
+            # gradients are all-reduced once, in the last micro-batch's backward
+            with self.ddp.no_sync() if self.ddp is not None and i < len(micro) - 1 else nullcontext():
+                loss, metrics = run_micro(mb)
+                (loss * ranks).backward()
             total_loss += float(loss.detach())
             rows_seen += rows
             for key, value in (metrics or {}).items():
@@ -122,11 +176,17 @@ class OptimizedModel:
             self.skipped_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
+        if ranks > 1:  # each rank holds its share of the global-batch loss
+            total_loss = all_reduce_sum(total_loss)
         return {"loss": total_loss, "grad_norm": grad_norm, "lr": lr, "skipped": float(self.skipped_steps),
                 **{k: v / max(rows_seen, 1) for k, v in metric_sums.items()}}
 
     # -- checkpoints ------------------------------------------------------------------------
     def _save_trainer_state(self, path: str) -> None:
+        """Rank 0 writes ``trainer_state.pt``; with several ranks each other rank writes its own RNG
+        state (the optimizer state is the same on every DDP rank), then all wait for each other."""
+        from roll_core.distributed.process_group import barrier, rank
+
         state = {
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
@@ -139,9 +199,16 @@ class OptimizedModel:
                 "python": random.getstate(),
             },
         }
-        torch.save(state, os.path.join(path, TRAINER_STATE))
+        if rank() == 0:
+            torch.save(state, os.path.join(path, TRAINER_STATE))
+        else:
+            os.makedirs(path, exist_ok=True)
+            torch.save({"rng": state["rng"]}, os.path.join(path, RANK_STATE.format(rank=rank())))
+        barrier()
 
     def _load_trainer_state(self, path: str) -> None:
+        from roll_core.distributed.process_group import rank
+
         file = os.path.join(path, TRAINER_STATE)
         if not os.path.isfile(file):
             raise RollError(f"{path} is not a roll checkpoint: {TRAINER_STATE} is missing.")
@@ -153,6 +220,12 @@ class OptimizedModel:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
         rng = state["rng"]
+        if rank() > 0:
+            own = os.path.join(path, RANK_STATE.format(rank=rank()))
+            if not os.path.isfile(own):
+                raise RollError(f"{path} holds no state of rank {rank()} ({RANK_STATE.format(rank=rank())}): it "
+                                "was saved with fewer ranks; resume with the same device_mapping / world_size.")
+            rng = torch.load(own, map_location="cpu", weights_only=False)["rng"]
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
@@ -217,6 +290,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
                 self.model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
             self.frozen_parameters = freeze_prefixes(self.model, freeze_module_prefix)
+            self._wrap_data_parallel()
             self._setup_optimizer()
         else:
             self.model.eval().requires_grad_(False)
@@ -275,9 +349,13 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save_checkpoint(self, path: str) -> None:
+        """Collective with several ranks: rank 0 writes the model, every rank its trainer state."""
+        from roll_core.distributed.process_group import rank
+
         os.makedirs(path, exist_ok=True)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        if rank() == 0:
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
         self._save_trainer_state(path)
 
     def load_checkpoint(self, path: str) -> None:
@@ -286,7 +364,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
 
     # -- internals --------------------------------------------------------------------------
     def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
-        logits = self.model(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
-                            position_ids=positions(mb["attention_mask"])).logits
+        logits = self._train_module()(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
+                                      position_ids=positions(mb["attention_mask"])).logits
         return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
                                with_entropy)

@@ -134,23 +134,32 @@ def test_staleness_metrics_are_per_turn(codec, test_registry):
     assert "rollout/staleness/max" not in rollout_metrics([traj], 1.0)  # no version given: not measured
 
 
+def test_sync_admission_plans_groups_round_robin_whatever_asks_first():
+    """Which groups a sync batch holds is planned, not a race: 4 groups, batches of 2 groups, so
+    batch 1 is groups 0 and 1, batch 2 groups 2 and 3, then 0 and 1 again, whoever asks first."""
+    admission = make_admission("train", 4, 0)
+    admission.start_request(2)
+    assert [g for g in (3, 2, 1, 0) if admission.allows(g, busy=0)] == [1, 0]
+    assert (admission.take_episode(1), admission.take_episode(0)) == (0, 0)
+    assert not any(admission.allows(g, busy=2) for g in range(4))
+    admission.end_request(2)
+    admission.start_request(2)
+    assert [g for g in range(4) if admission.allows(g, busy=0)] == [2, 3]
+    admission.released(2, admission.take_episode(2))  # a given-up episode: the next group in the plan replaces it
+    assert [g for g in range(4) if admission.allows(g, busy=0)] == [0, 3]
+    assert admission.state_dict() == {"cursor": 1}
+
+
 def test_max_traj_per_env_caps_the_episodes_a_group_starts_per_step():
-    """A fast group cannot fill a batch alone: with a cap of 2, group 0 starts 2 episodes and then
-    waits while the demand of 5 groups is still open; the next get_batch lets it start again."""
+    """A batch of 5 groups over 3 groups with a cap of 2: the plan goes 0, 1, 2, 0, 1 and never
+    gives a group a third episode in one step; the next get_batch starts afresh."""
     capped = make_admission("train", 3, 0, max_per_group=2)
     capped.start_request(5)
-    started = []
-    while capped.allows(0, busy=len(started)):
-        started.append(capped.take_episode(0))
-    assert started == [0, 1] and capped.allows(1, busy=2)  # other groups still admitted
-    capped.give_back(0, 1)  # a lost episode re-admitted does not count twice
-    assert not capped.allows(0, busy=1) and capped.take_episode(0) == 1
+    assert capped.planned == [2, 2, 1]
     capped.end_request(5)
-    capped.start_request(5)
-    assert capped.allows(0, busy=0) and capped.take_episode(0) == 2
-    free = make_admission("train", 3, 0)
-    free.start_request(5)
-    assert sum(1 for _ in iter(lambda: free.allows(0, busy=free.next_episode[0]) and free.take_episode(0) >= 0,
-                               False)) == 5
+    capped.start_request(7)  # the config refuses this (7 > 3 groups x 2): the plan stops at the cap
+    assert capped.planned == [2, 2, 2]
     ahead = make_admission("train", 3, 1, max_per_group=1)
     assert isinstance(ahead, LookaheadAdmission) and ahead.max_per_group == 1
+    ahead.start_request(3)
+    assert ahead.allows(0, busy=0) and ahead.take_episode(0) == 0 and not ahead.allows(0, busy=1)

@@ -135,11 +135,15 @@ def test_validation_passes_replay_the_same_instances():
 
 def test_state_dict_resumes_the_same_episode_seeds():
     async def one_batch(q):
-        acquire = asyncio.ensure_future(q.acquire(0, "w", 1))
+        """Both groups ask; the one the round-robin plan admits plays."""
+        acquires = [asyncio.ensure_future(q.acquire(0, "w", g)) for g in (0, 1)]
         batch = asyncio.ensure_future(q.get_batch(1))
-        ticket = await acquire
+        await settle()
+        (ticket,) = [a.result() for a in acquires if a.done()]
         q.report(0, "w", Report(groups=[fake_group(ticket)]))
         await batch
+        for a in acquires:
+            a.cancel()
         return ticket
 
     async def main():
@@ -152,5 +156,6 @@ def test_state_dict_resumes_the_same_episode_seeds():
         resumed.attach(0, "w")
         resumed.load_state_dict(state)
         ticket = await one_batch(resumed)
-        assert (ticket.episode_id, ticket.seed) == (expected.episode_id, expected.seed) == (1, 1001)
+        assert (ticket.group_id, ticket.episode_id, ticket.seed) == \
+            (expected.group_id, expected.episode_id, expected.seed) == (1, 0, 1000)
     asyncio.run(main())

@@ -153,3 +153,14 @@ def test_model_config_kwargs_and_freeze_module_prefix(tiny_dir):
         HFTrainStrategy(tiny_dir, model_config_kwargs={"attention_dropuot": 0.1})
     with pytest.raises(ConfigError, match="no parameter starts with 'model.embeds'"):
         HFTrainStrategy(tiny_dir, freeze_module_prefix="model.embeds")
+
+
+def test_inference_engines_take_their_tensor_parallel_size_from_their_gpus():
+    from roll_core.strategies.hf_common import tensor_parallel_from_devices
+
+    assert tensor_parallel_from_devices({"num_gpus_per_worker": 2}, {}, "tensor_parallel_size") == \
+        {"tensor_parallel_size": 2}
+    assert tensor_parallel_from_devices({"num_gpus_per_worker": 1}, {}, "tp_size") == {}
+    assert tensor_parallel_from_devices({"num_gpus_per_worker": 2}, {"tp_size": 2}, "tp_size") == {}
+    with pytest.raises(ConfigError, match="tensor_parallel_size is 4, but each worker has num_gpus_per_worker=2"):
+        tensor_parallel_from_devices({"num_gpus_per_worker": 2}, {"tensor_parallel_size": 4}, "tensor_parallel_size")

@@ -344,8 +344,14 @@ class _Overlay:
 
 
 def init_distributed(backend: str) -> None:
-    """Join (or, alone, create) the default process group from the standard environment variables."""
+    """Join (or, alone, create) the default process group from the standard environment variables.
+
+    Inside ``roll run`` the rank's worker has joined its group already; DeepSpeed's communication
+    layer still has to be set up over it (its world size would otherwise read 1).
+    """
     if dist.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False,
+                                   dist_init_required=False)
         return
     if "WORLD_SIZE" not in os.environ:  # a single rank: make up the rendezvous
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")

@@ -192,6 +192,18 @@ class MegatronTrainStrategy(TrainStrategy):
         """Rows each data-parallel rank should pass to one :meth:`train_step`."""
         return self.settings.mini_batch_size
 
+    def data_parallel(self) -> tuple[int, int]:
+        """Megatron's data-parallel coordinates: the tensor- and pipeline-parallel ranks of one model
+        replica get the same rows from roll's worker group."""
+        return parallel_state.get_data_parallel_rank(), self.dp_size
+
+    def data_parallel_group(self) -> Any:
+        return parallel_state.get_data_parallel_group()
+
+    def collects_outputs(self) -> bool:
+        """One rank per replica returns results (every rank of it has them: _from_last_stage)."""
+        return self.tp_rank == 0 and self.pp_rank == 0
+
     def compute_log_probs(self, batch: Mapping[str, Any], *, with_entropy: bool = False):
         """``(log_probs [B, L-1], entropy or None)`` on CPU, on every rank of the pipeline."""
         validate_batch(batch)

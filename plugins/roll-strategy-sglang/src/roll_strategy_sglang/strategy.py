@@ -41,7 +41,7 @@ from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
 from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
-from roll_core.strategies.hf_common import DTYPES, cfg_get
+from roll_core.strategies.hf_common import DTYPES, cfg_get, tensor_parallel_from_devices
 from roll_core.strategies.sampling import sampling_from_generating_args
 
 #: SGLang finish types -> roll's
@@ -132,6 +132,7 @@ class SGLangInferStrategy(InferStrategy):
             "seed": seed,
             "dtype": cfg_get(worker_config, "model_args.dtype", "bf16"),
             "default_sampling": sampling_from_generating_args(cfg_get(worker_config, "generating_args")),
+            **tensor_parallel_from_devices(worker_config, strategy_config, "tp_size"),
             **strategy_config,
             "server_args": server_args,
         }

@@ -52,7 +52,7 @@ from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
 from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
-from roll_core.strategies.hf_common import cfg_get, torch_dtype
+from roll_core.strategies.hf_common import cfg_get, tensor_parallel_from_devices, torch_dtype
 from roll_core.strategies.sampling import sampling_from_generating_args
 
 logger = logging.getLogger(__name__)
@@ -182,6 +182,7 @@ class VLLMInferStrategy(InferStrategy):
             "seed": seed,
             "dtype": cfg_get(worker_config, "model_args.dtype"),
             "default_sampling": sampling_from_generating_args(cfg_get(worker_config, "generating_args")),
+            **tensor_parallel_from_devices(worker_config, strategy_config, "tensor_parallel_size"),
             **strategy_config,
             "engine_args": engine_args,
         }

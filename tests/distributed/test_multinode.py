@@ -1,0 +1,131 @@
+"""A real multi-node Ray cluster on this machine (three raylets on loopback, each with its own custom
+resource): training with ranks on two nodes, a lost env-manager node survived, a lost trainer node
+stopping the run with a clear message, and resume from the last checkpoint on a replacement node.
+
+Node roles are pinned with roll's ``ray_resources``:
+* head: the driver, the inference worker (``roll_infer``), trainer rank 0 and env managers;
+* ``trainers``: trainer rank 1 (``roll_trainer``);
+* ``envs``: env managers only (``roll_env``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "frozen_lake" / "grpo.yaml"
+
+
+@pytest.fixture
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"roll_infer": 1, "roll_trainer": 1, "roll_env": 4}})
+    nodes = {"trainers": c.add_node(num_cpus=1, resources={"roll_trainer": 1}),
+             "envs": c.add_node(num_cpus=1, resources={"roll_env": 4})}
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+def overrides(tmp: Path, steps: int, **extra: str) -> list[str]:
+    values = {
+        "logging_dir": str(tmp / "logs"), "output_dir": str(tmp / "ckpt"), "render_save_dir": "null",
+        "max_steps": str(steps), "save_steps": "1", "eval_steps": "0", "warmup_sft.steps": "0",
+        "rollout_batch_size": "8", "train_env_manager.num_env_groups": "4", "train_env_manager.group_size": "2",
+        "train_env_manager.max_env_num_per_worker": "2",  # 4 env-manager actors, spread over head and envs
+        "+train_env_manager.ray_resources": "{roll_env: 1}",
+        "val_env_manager.num_env_groups": "2", "val_batch_size": "2",
+        "custom_envs.FrozenLake4x4.max_steps": "3", "custom_envs.FrozenLake4x4.env_config.max_steps": "3",
+        "+actor_train.world_size": "2", "+actor_train.ray_resources": "{roll_trainer: 1}",
+        "actor_train.training_args.per_device_train_batch_size": "4",
+        "+actor_infer.ray_resources": "{roll_infer: 1}",
+        **extra,
+    }
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def start(tmp: Path, steps: int, **extra: str):
+    """The pipeline running in a thread: (pipeline, thread, outcome dict)."""
+    from roll_core.config import load_config, resolve
+    from roll_core.pipeline import pipeline_class
+
+    run = resolve(load_config(str(DEMO), overrides(tmp, steps, **extra)))
+    pipeline = pipeline_class(run.pipeline_type)(run, stream=io.StringIO())
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["code"] = pipeline.run()
+        except Exception as exc:  # noqa: BLE001  # the test asserts on it
+            outcome["error"] = exc
+        finally:
+            pipeline.shutdown()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return pipeline, thread, outcome
+
+
+def wait_for_step(pipeline, step: int, thread, outcome: dict, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while pipeline.step < step:
+        assert thread.is_alive(), f"the run ended before step {step}: {outcome}"
+        assert time.monotonic() < deadline, f"no step {step} within {timeout}s"
+        time.sleep(0.2)
+
+
+def env_manager_nodes(pipeline) -> list[str]:
+    import ray
+
+    return [ray.get(w.ready.remote(), timeout=60)["node_id"] for w in pipeline.train_rollout.scheduler.workers]
+
+
+def test_ranks_on_two_nodes_survive_a_lost_env_node_and_stop_cleanly_on_a_lost_trainer(cluster, tmp_path):
+    c, nodes = cluster
+    pipeline, thread, outcome = start(tmp_path, steps=5)
+    wait_for_step(pipeline, 1, thread, outcome)
+    placement = json.loads((tmp_path / "logs" / "placement.json").read_text())
+    train_nodes = {r["node_id"] for r in placement["actor_train"]}
+    assert len(train_nodes) == 2  # rank 0 on the head, rank 1 on the trainers node
+    assert placement["actor_train"][1]["node_id"] == nodes["trainers"].node_id
+    assert nodes["envs"].node_id in env_manager_nodes(pipeline)
+
+    # 1. the env node goes: its env managers are recreated on the head and training goes on
+    before = pipeline.step
+    c.remove_node(nodes["envs"], allow_graceful=False)
+    wait_for_step(pipeline, before + 2, thread, outcome)
+    assert "error" not in outcome, outcome.get("error")
+    assert nodes["envs"].node_id not in env_manager_nodes(pipeline)
+
+    # 2. the trainers node goes: the run stops with a message naming the rank and how to resume
+    reached = pipeline.step
+    c.remove_node(nodes["trainers"], allow_graceful=False)
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    message = str(outcome.get("error"))
+    assert "actor_train rank 1" in message and "is gone" in message, message
+    assert "resume_from_checkpoint=" in message and pipeline.step <= 5
+    last = pipeline.step
+
+    # 3. a replacement node joins; the run continues from its last checkpoint and finishes
+    c.add_node(num_cpus=1, resources={"roll_trainer": 1})
+    c.wait_for_nodes()
+    resumed, thread, outcome = start(tmp_path, steps=last + 2, resume_from_checkpoint="true")
+    thread.join(timeout=600)
+    assert outcome.get("code") == 0, outcome.get("error")
+    assert resumed.step == last + 2 and reached <= last

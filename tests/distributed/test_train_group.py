@@ -1,0 +1,117 @@
+"""Data-parallel training through worker groups: 2 ranks take the same step as 1 on the same batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "frozen_lake" / "grpo.yaml"
+
+
+def make_run(tmp, world_size: int, per_device: int, strategy: str = "hf_train", optim: str = "sgd", **extra: str):
+    from roll_core.config import load_config, resolve
+
+    overrides = [f"logging_dir={tmp}/logs", f"output_dir={tmp}/ckpt", f"+actor_train.world_size={world_size}",
+                 f"actor_train.training_args.per_device_train_batch_size={per_device}",
+                 "actor_train.training_args.gradient_accumulation_steps=2",
+                 # SGD: the update is linear in the gradient, so equal updates mean equal gradients (Adam's
+                 # first step divides by |g| and turns float noise in near-zero gradients into full steps)
+                 "actor_train.training_args.max_grad_norm=0", f"actor_train.training_args.optim={optim}",
+                 f"actor_train.training_args.learning_rate={1.0 if optim == 'sgd' else 1e-3}",
+                 f"actor_train.strategy_args.strategy_name={strategy}",
+                 *[f"{k}={v}" for k, v in extra.items()]]
+    return resolve(load_config(str(DEMO), overrides))
+
+
+def make_batch(rows: int = 8, width: int = 12):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    lengths = [width - (i % 4) for i in range(rows)]  # rows of different lengths: the split balances tokens
+    ids = torch.randint(3, 200, (rows, width), generator=g)
+    attention = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+    response = attention.clone()
+    response[:, :5] = 0
+    return {"input_ids": ids * attention, "attention_mask": attention, "response_mask": response,
+            "advantages": torch.randn(rows, width - 1, generator=g), "scores": torch.randn(rows, generator=g)}
+
+
+def group_of(run, world_size: int):
+    from roll_core.distributed.layout import build_layout
+    from roll_core.distributed.placement import Placement
+    from roll_core.distributed.worker_group import TrainGroup
+
+    placement = Placement.create(build_layout(run.config, ["actor_train"], on_gpus=False))
+    return TrainGroup(run, "actor_train", placement, num_training_steps=4), placement
+
+
+def one_step(run, world_size: int):
+    import ray
+
+    group, placement = group_of(run, world_size)
+    try:
+        batch = make_batch()
+        before = group.compute_log_probs(batch)
+        metrics = group.train_actor(batch, epochs=1, shuffle_seed=5)
+        after = group.compute_log_probs(batch)
+        weights = ray.get(group.export_weights_ref()[0])
+        return {"before": before, "after": after, "metrics": metrics, "weights": weights,
+                "ranks": placement.to_json()["actor_train"]}
+    finally:
+        group.shutdown()
+        placement.remove()
+
+
+@pytest.fixture(scope="module")
+def single(ray_session, tmp_path_factory):
+    return one_step(make_run(tmp_path_factory.mktemp("one"), 1, per_device=4), 1)
+
+
+def test_two_hf_train_ranks_take_the_one_rank_step(ray_session, single, tmp_path):
+    import torch
+
+    double = one_step(make_run(tmp_path, 2, per_device=2), 2)  # the same 8-row global mini-batch
+    assert [r["rank"] for r in double["ranks"]] == [0, 1]
+    torch.testing.assert_close(double["before"], single["before"])  # the forward shares come back in row order
+    assert not torch.allclose(single["after"], single["before"])
+    torch.testing.assert_close(double["after"], single["after"], atol=2e-5, rtol=1e-4)
+    for name, tensor in single["weights"].items():
+        torch.testing.assert_close(double["weights"][name], tensor, atol=1e-6, rtol=1e-5)
+    assert double["metrics"]["actor/optimizer_steps"] == single["metrics"]["actor/optimizer_steps"] == 1.0
+    assert double["metrics"]["actor/loss"] == pytest.approx(single["metrics"]["actor/loss"], rel=1e-4)
+    assert double["metrics"]["actor/grad_norm"] == pytest.approx(single["metrics"]["actor/grad_norm"], rel=1e-3)
+
+
+def test_two_deepspeed_ranks_take_the_one_rank_step(ray_session, tmp_path):
+    """DeepSpeed (ZeRO-2, its own AdamW) in roll run's worker groups: 2 CPU ranks step like 1 hf_train rank."""
+    pytest.importorskip("deepspeed")
+    import torch
+
+    single = one_step(make_run(tmp_path / "one", 1, per_device=4, optim="adamw_torch"), 1)
+    double = one_step(make_run(tmp_path / "two", 2, per_device=2, strategy="deepspeed_train", optim="adamw_torch",
+                               **{"+actor_train.strategy_args.strategy_config.zero_stage": "2"}), 2)
+    torch.testing.assert_close(double["before"], single["before"])
+    assert not torch.allclose(single["after"], single["before"])
+    torch.testing.assert_close(double["after"], single["after"], atol=1e-4, rtol=1e-4)
+    assert double["metrics"]["actor/loss"] == pytest.approx(single["metrics"]["actor/loss"], rel=1e-4)
+
+
+def test_an_uneven_batch_is_adjusted_or_refused(ray_session, tmp_path):
+    from roll_core.errors import ConfigError
+
+    run = make_run(tmp_path, 2, per_device=2)
+    group, placement = group_of(run, 2)
+    try:
+        metrics = group.train_actor(make_batch(rows=7), epochs=1, shuffle_seed=1)  # batch_adjust_mode: copy
+        assert metrics["actor_train/adjusted_rows"] == 1.0 and metrics["actor/optimizer_steps"] == 1.0
+    finally:
+        group.shutdown()
+        placement.remove()
+    with pytest.raises(ConfigError, match="7 rows cannot be split equally over 2 data-parallel ranks"):
+        from roll_core.distributed.dispatch import split_rows
+
+        split_rows(range(7), [1] * 7, 2)
