@@ -25,6 +25,7 @@ CLI prints: Ray wraps it in a ``RayTaskError`` (or, when an actor's constructor 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -59,24 +60,35 @@ def start_ray(address: str | None = None, *, reap: bool = True, **options: Any) 
             options.pop(key, None)
         ray.init(address=address, **options)
         return False
-    private_cluster_environment()
+    own_token = private_cluster_environment()
     if reap:
         start_reaper()
-    ray.init(address="local", **options)
+    # with roll's own token, Ray's notice that it turned authentication on (and how to opt out) is noise
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    if own_token:
+        notice.setLevel(logging.ERROR)
+    try:
+        ray.init(address="local", **options)
+    finally:
+        notice.setLevel(level)
     return True
 
 
-def private_cluster_environment() -> None:
+def private_cluster_environment() -> bool:
     """Loopback-only addresses and (unless configured otherwise) a fresh auth token, for this process
-    and every Ray process it starts."""
+    and every Ray process it starts; True when the token is roll's."""
     os.environ[LOOPBACK_ENV] = "0"
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:  # read at import: an already imported Ray needs to be told too
         constants.ENABLE_RAY_CLUSTER = False
-    if not any(os.environ.get(key) for key in AUTH_ENV):
-        # RAY_AUTH_MODE stays unset: Ray then turns token authentication on for the cluster it
-        # starts, and finds this token instead of writing one to ~/.ray
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    if any(os.environ.get(key) for key in AUTH_ENV):
+        return False
+    # RAY_AUTH_MODE stays unset: Ray then turns token authentication on for the cluster it starts
+    # (setting it here would not reach an already imported Ray's cached settings), and finds this
+    # token instead of writing one to ~/.ray
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    return True
 
 
 def start_reaper() -> None:
