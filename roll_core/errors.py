@@ -32,12 +32,12 @@ class UnknownComponentError(RollError, KeyError):
         return self.args[0]
 
 
-def close_matches(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
-    """Case-insensitive "did you mean" candidates for ``word`` among ``choices``."""
+def close_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """Case-insensitive "did you mean" candidates for ``word`` among ``choices`` (difflib ratio >= ``cutoff``)."""
     lowered: dict[str, list[str]] = {}
     for choice in dict.fromkeys(choices):  # case variants ("sokoban", "Sokoban") all stay candidates
         lowered.setdefault(choice.lower(), []).append(choice)
-    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)
+    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=cutoff)
     return [original for hit in hits for original in lowered[hit]]
 
 

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from roll_core.cluster import worker_error
 from roll_core.errors import RollError
 
 #: subcommand modules, in ``roll --help`` order
@@ -46,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # overrides after options (`roll rollout CFG --batches 2 key=value`) land here
+        if not hasattr(args, "overrides") or any(item.startswith("-") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -55,11 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     except RollError as exc:
         if args.debug:
             raise
-        print(f"roll: error: {exc}", file=sys.stderr)
+        error = worker_error(exc) or exc  # a RollError raised in a Ray worker comes wrapped in its traceback
+        print(f"roll: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("roll: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        error = worker_error(exc)
+        if error is None or args.debug:
+            raise
+        print(f"roll: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

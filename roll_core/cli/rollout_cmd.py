@@ -11,11 +11,13 @@ responses, rewards, metrics) as one JSON line, for inspection.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
 
 from roll_core.cli.config_cmd import add_config_arguments, load_from_args
+from roll_core.errors import RollError
 
 
 def register(subparsers) -> None:
@@ -32,7 +34,7 @@ def register(subparsers) -> None:
     parser.add_argument("--val", action="store_true", help="roll out val_env_manager (validation passes)")
     parser.add_argument("--dump", default=None, metavar="FILE.jsonl", help="write every trajectory as JSON lines")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="give up when one batch takes longer than S seconds")
+                        help="give up when one batch takes longer than S seconds (default: the config's rpc_timeout)")
     parser.add_argument("--infer-workers", type=int, default=1, metavar="N",
                         help="inference workers when the model is the policy (default 1)")
     parser.add_argument("--address", default=None, metavar="ADDR",
@@ -44,11 +46,11 @@ def cmd_rollout(args) -> int:
     import ray
 
     from roll_core.config import resolve
+    from roll_core.pipeline.preflight import preflight
     from roll_core.rollout.from_config import SECTIONS, batch_size_from_config, rollout_spec
     from roll_core.rollout.infer_worker import start_generation
     from roll_core.rollout.policies import POLICIES, check_policy
     from roll_core.rollout.scheduler import RolloutScheduler, init_ray
-    from roll_core.rollout.tokenizer import rollout_tokenizer
 
     mode = "val" if args.val else "train"
     config = load_from_args(args, resolve_plugins=False)
@@ -60,13 +62,13 @@ def cmd_rollout(args) -> int:
     run = resolve(config, roles=("actor_infer",) if needs_model else ())
     config = run.config
     spec = rollout_spec(run, mode, policy=policy)
-    tokenizer = rollout_tokenizer(config, model_free=not needs_model)
+    # before Ray: the envs build, their templates fill, their first prompts fit
+    tokenizer = preflight(run, modes=(mode,), model_free=not needs_model, directories=("render_save_dir",))
     batch_size = args.batch_size or batch_size_from_config(config, mode)
+    dump = open_dump(args.dump) if args.dump else None
 
-    started_ray = not ray.is_initialized()
-    init_ray(**({"address": args.address} if args.address else {}))
+    started_ray = init_ray(**({"address": args.address} if args.address else {}))
     scheduler = generation = None
-    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     try:
         t0 = time.perf_counter()
         if needs_model:
@@ -74,7 +76,7 @@ def cmd_rollout(args) -> int:
                 run, num_workers=args.infer_workers, options={"num_cpus": 1},
                 max_batch_size=max(config.max_running_requests // args.infer_workers, 1))
         scheduler = RolloutScheduler(spec, tokenizer, generate_scheduler=generation and generation.scheduler,
-                                     batch_size=batch_size,
+                                     batch_size=batch_size, batch_timeout_s=float(config.rpc_timeout),
                                      worker_env_vars={**config.system_envs, **section.system_envs} or None)
         who = f"the model {config.actor_infer.model_args.model_name_or_path or config.pretrain}" if needs_model \
             else policy
@@ -99,6 +101,16 @@ def cmd_rollout(args) -> int:
     if args.dump:
         print(f"trajectories written to {args.dump}")
     return 0
+
+
+def open_dump(path: str):
+    """``--dump``'s file, opened before anything starts (its directory is created when missing)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise RollError(f"--dump {path!r}: cannot write there ({exc.strerror or exc}).") from None
 
 
 def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from roll_core.config.base import NoneStr, RollModel, compat
+from roll_core.errors import did_you_mean
 
 NormType = Annotated[Literal["batch", "group"] | None, NoneStr]  # ROLL's "running" never worked (docs/algorithms.md §2.1)
 RatioGranularity = Literal["token", "segment", "geometric", "sequence"]
@@ -55,10 +56,25 @@ class TrainInferCorrection(RollModel):
     filters: list[TrainInferFilter] = Field(default_factory=list)
 
 
+#: ``reward_normalization.grouping`` values: ``batch``, or a per-row key of the agentic batch
+#: (roll_core.rollout.batch; ``step`` and ``state_hash`` exist only in step-wise batches)
+GROUPING_KEYS = ("batch", "traj_group_id", "traj_id", "tag", "group_id", "episode_id", "seed", "end_reason",
+                 "step", "state_hash")
+
+
 class RewardNormalizationConfig(RollModel):
     """Agentic reward normalisation: statistics over ``grouping`` (a sample key, or ``batch``)."""
 
-    grouping: str = Field("batch", description="batch, or a sample key such as traj_group_id / tags.")
+    grouping: str = Field("batch", description="batch, or a sample key such as traj_group_id / tag.")
+
+    @field_validator("grouping")
+    @classmethod
+    def _known_grouping(cls, value: str) -> str:
+        if value not in GROUPING_KEYS:  # else the first training step would fail, after the warm start
+            raise ValueError(f"unknown grouping {value!r}.{did_you_mean(value, GROUPING_KEYS)} Choose batch or a "
+                             f"per-sample key: {', '.join(GROUPING_KEYS[1:])}")
+        return value
+
     method: Literal["identity", "mean", "mean_std", "asym_clip"] = Field(
         "identity", description="Deprecated shortcut for the two norm types."
     )

@@ -54,6 +54,19 @@ class EnvManagerConfig(WorkerConfig):
     )
     format_penalty: float = Field(0.0, description="Reward of a response without a valid action.")
     llm_proxy: LLMProxyConfig = Field(default_factory=LLMProxyConfig)
+    # -- roll's bounds on a faulty env (roll_core.rollout.env_manager); defaults never trigger in a healthy run
+    env_step_timeout_s: float | None = Field(
+        60.0, gt=0, description="Seconds one env.reset / env.step may take; a slower call is abandoned (the env "
+        "is replaced, its thread no longer counted) and the attempt dropped as a timeout. null: no limit."
+    )
+    max_consecutive_env_failures: int = Field(
+        50, ge=1, description="Failed attempts in a row (errors, timeouts, episodes that cannot start) after "
+        "which one env stops the run with its last error, instead of retrying forever."
+    )
+    stall_timeout_s: float | None = Field(
+        1800.0, gt=0, description="Seconds a batch may wait without any env call or generation of this env "
+        "manager completing; then the run stops with the last failure. null: no limit."
+    )
     group_filter_cls: str | None = compat(None)
     model_args: ModelArgs = compat(ModelArgs(), _ENV_WORKER)
     training_args: TrainingArgs = compat(TrainingArgs(), _ENV_WORKER)
@@ -110,6 +123,13 @@ class EnvManagerConfig(WorkerConfig):
             )
         if any(n < 0 for n in partition):
             problems.append(f"{path}.num_groups_partition {partition} has a negative group count")
+        empty = [tag for tag, n in zip(self.tags, partition) if n == 0]
+        if empty and len(partition) == len(self.tags):
+            problems.append(
+                f"{path}.num_groups_partition {partition} gives {', '.join(map(repr, empty))} no env group, so "
+                f"{'that tag' if len(empty) == 1 else 'those tags'} would never be played; remove "
+                f"{'it' if len(empty) == 1 else 'them'} from {path}.tags or give each tag at least one group"
+            )
         if sum(partition) != self.num_env_groups:
             problems.append(
                 f"{path}.num_groups_partition {partition} sums to {sum(partition)}, but {path}.num_env_groups "

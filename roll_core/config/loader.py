@@ -11,9 +11,14 @@ The steps, in order:
 3. Resolve ``${...}`` interpolations (and the ``now`` resolver ROLL configs use).
 4. Drop *variables*: ROLL configs keep helper keys at the top level (``max_actions_per_traj``,
    ``custom_env``, ``deepspeed_zero2`` ...) only to interpolate them. An unknown top-level key is
-   such a variable when something interpolates it or when it comes from an included file; any
-   other unknown key is left for validation to report as a typo.
+   such a variable when something interpolates it, or when it comes from an included file and is
+   not a near-miss of a config key (``rollout_batch_sise`` in an included file is a typo, and an
+   error); any other unknown key is left for validation to report as a typo.
 5. Validate (:func:`roll_core.config.pipeline.validate_config`).
+
+Every YAML file read (the config and the files its ``defaults:`` list includes) is measured first:
+a file whose anchors and aliases (``&a`` / ``*a``) would expand to more than
+:data:`MAX_CONFIG_NODES` values ("billion laughs") is refused before anything expands it.
 """
 
 from __future__ import annotations
@@ -30,12 +35,20 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from roll_core.config.errors import format_path, is_model, unwrap
+from roll_core.config.errors import format_path, is_model, problems_message, unwrap
 from roll_core.config.pipeline import PIPELINES, PipelineConfig, all_top_level_keys, validate_config
-from roll_core.errors import ConfigError, close_matches
+from roll_core.errors import ConfigError, close_matches, did_you_mean
 
 #: keys of a config file that are instructions to the loader, never config values
 LOADER_KEYS = ("defaults", "hydra")
+#: most values (mappings, lists, scalars) one YAML file may expand to, aliases counted at every use;
+#: ROLL's largest configs hold a few hundred
+MAX_CONFIG_NODES = 200_000
+#: how close an unknown top-level key of an included file must be to a config key to count as its typo
+TYPO_CUTOFF = 0.85
+#: variables of ROLL's shared env files that look like typos of config keys but are not
+#: (``custom_env`` holds the presets that configs pick into ``custom_envs`` by interpolation)
+ROLL_VARIABLES = frozenset({"custom_env"})
 
 _OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:=(?P<value>.*))?$", re.S)
 #: ``${path.to.node}`` (not resolver calls such as ``${oc.env:X}``); group 1 is the top-level key
@@ -60,13 +73,23 @@ def load_config_data(path: str | os.PathLike, overrides: Sequence[str] = (), *,
     """Steps 1-4 of the module docstring: plain data ready for validation, and its source name."""
     file, source = config_file(path, config_name)
     primary = _read_yaml(file, source)
-    cfg = _compose(file, source) if "defaults" in primary else primary
+    if "defaults" in primary:
+        _check_included(file, primary)
+        cfg = _compose(file, source)
+    else:
+        cfg = primary
     for key in LOADER_KEYS:
         cfg.pop(key, None)
     own_keys = {str(k) for k in primary} | apply_overrides(cfg, overrides)
     referenced = set(_referenced_keys(OmegaConf.to_container(cfg, resolve=False)))
     data = _resolve_interpolations(cfg, source)
     known = all_top_level_keys()
+    typos = [k for k in data if k not in known and k not in referenced and k not in own_keys
+             and k not in ROLL_VARIABLES and close_matches(k, known, n=1, cutoff=TYPO_CUTOFF)]
+    if typos:
+        raise ConfigError(problems_message(
+            [f"{k}: unknown key in a file included through the defaults: list (nothing interpolates it).{did_you_mean(k, known)}"
+             for k in typos], source))
     variables = {k for k in data if k not in known and (k in referenced or k not in own_keys)}
     return {k: v for k, v in data.items() if k not in variables}, source
 
@@ -96,6 +119,7 @@ def config_file(path: str | os.PathLike, config_name: str | None = None) -> tupl
 # -- reading and composing ------------------------------------------------------------------------
 
 def _read_yaml(file: Path, source: str) -> DictConfig:
+    _check_size(file, source)
     try:
         cfg = OmegaConf.load(file)
     except yaml.YAMLError as exc:
@@ -105,6 +129,76 @@ def _read_yaml(file: Path, source: str) -> DictConfig:
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"{source} must hold a mapping of config keys at the top level, not a list.")
     return cfg
+
+
+def _check_size(file: Path, source: str) -> None:
+    """Refuse a YAML file that would expand to more than :data:`MAX_CONFIG_NODES` values.
+
+    PyYAML composes aliases as shared nodes (linear), while OmegaConf copies every use, so nine
+    levels of nine aliases become 9**9 values. Counting with one memo per node is linear in the
+    file, whatever its aliases.
+    """
+    try:
+        root = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {_yaml_problem(exc)}.") from None
+    except RecursionError:
+        raise ConfigError(f"{source} is nested too deeply to be a config.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Cannot read {source}: {exc}.") from None
+    sizes: dict[int, int] = {}
+    order, stack = [], [root] if root is not None else []
+    while stack:  # children before parents, without recursion
+        node = stack.pop()
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 0
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in _children(node)), MAX_CONFIG_NODES + 1)
+    if root is not None and sizes[id(root)] > MAX_CONFIG_NODES:
+        raise ConfigError(
+            f"{source} expands to more than {MAX_CONFIG_NODES:,} values through its YAML anchors and aliases "
+            "(&name / *name); roll refuses to expand it (a 'billion laughs' file?). Write the values out, or "
+            "use ${...} interpolation."
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_included(file: Path, primary: DictConfig, seen: set[Path] | None = None) -> None:
+    """:func:`_check_size` for the files a ``defaults:`` list includes (``group/name``, ``../dir/name@pkg``)."""
+    seen = set() if seen is None else seen
+    entries = primary.get("defaults") or []
+    for entry in entries if isinstance(entries, ListConfig) else []:
+        if isinstance(entry, str):
+            names = [entry]
+        elif isinstance(entry, DictConfig):
+            names = [f"{str(k).split()[-1]}/{v}" for k, v in entry.items() if isinstance(v, str)]
+        else:
+            continue
+        for name in names:
+            name = name.split("@")[0].strip()
+            if not name or name == "_self_":
+                continue
+            included = (file.parent / f"{name}.yaml").resolve()
+            if included in seen or not included.is_file():
+                continue  # Hydra reports what it cannot find
+            seen.add(included)
+            _check_size(included, str(included))
+            try:
+                nested = OmegaConf.load(included)
+            except (yaml.YAMLError, OmegaConfBaseException):
+                continue  # Hydra reports it with its own context
+            if isinstance(nested, DictConfig) and "defaults" in nested:
+                _check_included(included, nested, seen)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -162,6 +256,12 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> set[str]:
             try:
                 value = OmegaConf.from_dotlist([f"v={match['value']}"])._get_node("v")
                 OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+            except yaml.YAMLError as exc:
+                raise ConfigError(
+                    f"Cannot read the value of the override {item!r}: it is not valid YAML "
+                    f"({_yaml_problem(exc).replace('line 1, ', '')}). Quote it to pass a string "
+                    f"({key}='{match['value']}'), or close its brackets."
+                ) from None
             except OmegaConfBaseException as exc:
                 raise ConfigError(f"Cannot apply the override {item!r}: {_first_line(exc)}.") from None
         touched.add(parts[0])
@@ -225,7 +325,15 @@ def _typed_children(types: list[Any], part: str) -> list[Any]:
 
 
 def _override_target_known(cfg: DictConfig, parts: list[str]) -> bool:
-    """Whether ``parts`` names a key of the YAML or a field of the schema (either pipeline)."""
+    """Whether ``parts`` names a key of the YAML or a field of the schema (either pipeline).
+
+    Keys inside an existing ``custom_envs.<tag>.env_config`` count as known: their schema is the
+    env plugin's ``config_model``, which only ``resolve`` sees (it reports a typo there with the
+    env's fields); the loader never looks at plugins.
+    """
+    if len(parts) >= 4 and parts[0] == "custom_envs" and parts[2] == "env_config" and \
+            _child(_child(cfg, "custom_envs"), parts[1]) is not _ABSENT:
+        return True
     node: Any = cfg
     types: list[Any] = list(PIPELINES.values())
     for part in parts:

@@ -59,7 +59,9 @@ class RunSettings(RollModel):
     resume_from_checkpoint: bool | str = Field(False, description="False, or the checkpoint path to resume.")
     checkpoint_config: FreeDict = compat({}, "Checkpoints go to output_dir on the local file system.")
     rollout_batch_size: int = Field(128, ge=1, description="Trajectories (agentic) / prompts (RLVR) per step.")
-    val_batch_size: int = Field(128, description="Samples per validation; negative: run every val env once.")
+    val_batch_size: int = Field(
+        128, description="Samples per validation; negative: every val env (agentic) / val prompt (RLVR) once."
+    )
     prompt_length: int | None = Field(1024, ge=1)
     response_length: int | None = Field(None, ge=1)
     sequence_length: int | None = Field(None, ge=1, description="Max tokens of one sample (prompt + response).")
@@ -78,7 +80,10 @@ class RunSettings(RollModel):
     max_additional_running_prompts: int = compat(16)
     user_defined_rollout_loop_cls: str | None = compat(None)
     base_dir: str | None = compat(None)
-    rpc_timeout: int = compat(3600)
+    rpc_timeout: int = Field(
+        3600, ge=1, description="Seconds the pipeline waits for one batch (training or validation) before it "
+        "stops with an error naming what the rollout was doing."
+    )
     rollout_dump_dir: str | None = compat(None)
     local_rank: int = compat(-1)
     profiler_timeline: bool = compat(False)
@@ -163,6 +168,10 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
             )
         if self.max_steps == 0 or self.max_steps < -1:
             problems.append(f"max_steps must be positive or -1 (no limit), got {self.max_steps}")
+        if self.val_batch_size == 0:
+            problems.append("val_batch_size is 0, which would validate on nothing; set a positive number, or -1 "
+                            "to validate on every val env (agentic) / val prompt (RLVR) once, or eval_steps: 0 "
+                            "to turn validation off")
         if problems:
             raise ValueError("; ".join(problems))
         for name, worker in self.workers().items():

@@ -7,9 +7,10 @@ Each ``rewards`` entry is one data domain. roll scores it with a registered rewa
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from roll_core.config.base import FreeDict, RollModel, compat
 from roll_core.config.workers import (
@@ -42,7 +43,7 @@ class RewardConfig(WorkerConfig):
     response_length_penalty_coef: float = 0.0
     query_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
     response_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
-    format_pattern: str | None = None
+    format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern`.")
     judge_prompt: str | None = compat(None, _JUDGE)
     judge_model_type: str | None = compat(None, _JUDGE)
     judge_model_name: str | None = compat(None, _JUDGE)
@@ -62,6 +63,16 @@ class RewardConfig(WorkerConfig):
     code_url: str | None = compat(None)
     use_local: bool = compat(True)
     reward_manager_config: list[FreeDict] = compat([])
+
+    @field_validator("format_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:  # else the first scored response would fail, after the warm start
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+        return value
 
 
 class ValidationConfig(WorkerConfig):

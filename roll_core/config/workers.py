@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from roll_core.config.base import FreeDict, NoneStr, RollModel, compat, fixed
 from roll_core.config.device_mapping import parse_device_mapping
+from roll_core.errors import did_you_mean
 
 
 class ModelArgs(RollModel):
@@ -52,6 +53,13 @@ class ModelArgs(RollModel):
                                           "attn_implementation.")
 
 
+#: transformers' ``SchedulerType`` values (``get_scheduler`` names), kept here so that validating a
+#: config never imports transformers; a test keeps the two in step
+LR_SCHEDULER_TYPES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                      "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+                      "warmup_stable_decay", "greedy")
+
+
 class TrainingArgs(RollModel):
     """Optimiser and schedule (``training_args``): the Hugging Face TrainingArguments names."""
 
@@ -68,6 +76,15 @@ class TrainingArgs(RollModel):
     max_steps: int = Field(-1, description="Optimiser steps; -1: derived from the pipeline's max_steps.")
     lr_scheduler_type: str = Field("linear", description="A transformers SchedulerType name.")
     lr_scheduler_kwargs: FreeDict = Field(default_factory=dict)
+
+    @field_validator("lr_scheduler_type")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        if value not in LR_SCHEDULER_TYPES:  # checked here, not only when a train worker builds its optimiser
+            raise ValueError(f"unknown scheduler {value!r}.{did_you_mean(value, LR_SCHEDULER_TYPES)} "
+                             f"Choose one of {', '.join(LR_SCHEDULER_TYPES)}")
+        return value
+
     warmup_steps: int | float = Field(0, ge=0)
     warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)
     optim: Literal["adamw_torch", "adamw_torch_fused", "adamw_hf", "sgd", "adafactor"] = Field(
@@ -137,6 +154,10 @@ class DataArgs(RollModel):
     def _non_negative(cls, probs):
         if probs and any(p < 0 for p in probs.values()):
             raise ValueError(f"domain_interleave_probs must not be negative, got {probs}")
+        if probs and not any(p > 0 for p in probs.values()):
+            raise ValueError(f"domain_interleave_probs {probs} gives every domain probability 0, so no prompt "
+                             "could be drawn; give at least one domain a positive probability (or remove the "
+                             "setting to draw from all rows)")
         return probs
 
     @model_validator(mode="after")

@@ -1,8 +1,11 @@
 """Training pipelines on Ray; :func:`launch` is what ``roll run`` calls.
 
-``launch`` starts a local Ray cluster (no dashboard), or joins the one at ``address`` /
-``RAY_ADDRESS``, builds the pipeline class of the config's ``pipeline_type`` and runs it. Nothing
-heavy is imported before a run starts, so ``roll --help`` and config checks stay fast.
+``launch`` checks what the config cannot say about itself (:mod:`roll_core.pipeline.preflight`),
+starts a private local Ray cluster (:func:`roll_core.cluster.start_ray`: loopback only, token
+authentication, no dashboard) or joins the one at ``address`` / ``RAY_ADDRESS``, builds the
+pipeline class of the config's ``pipeline_type`` and runs it. An error raised inside a Ray worker
+reaches the caller as a one-paragraph :class:`RollError` (:func:`roll_core.cluster.worker_error`).
+Nothing heavy is imported before a run starts, so ``roll --help`` and config checks stay fast.
 """
 
 from __future__ import annotations
@@ -39,24 +42,25 @@ def launch(config: Any, address: str | None = None, *, stream=None) -> int:
     """
     import ray
 
+    from roll_core.cluster import start_ray, worker_error
     from roll_core.config import Run, resolve
+    from roll_core.pipeline.preflight import preflight
 
     run = config if isinstance(config, Run) else resolve(config)
     cls = pipeline_class(run.pipeline_type)
-    started_here = False
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS") or None
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=True)
-        else:
-            ray.init(address="local", include_dashboard=False, log_to_driver=True,
-                     num_cpus=max(os.cpu_count() or 1, 2))
-            started_here = True
-    pipeline = cls(run, stream=stream)
+    preflight(run)
+    started_here = start_ray(address, log_to_driver=True, num_cpus=max(os.cpu_count() or 1, 2))
+    pipeline = None
     try:
+        pipeline = cls(run, stream=stream)
         return pipeline.run()
+    except Exception as exc:
+        error = worker_error(exc)
+        if error is None:
+            raise
+        raise error from exc
     finally:
-        pipeline.shutdown()
+        if pipeline is not None:
+            pipeline.shutdown()
         if started_here:
             ray.shutdown()

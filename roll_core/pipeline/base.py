@@ -52,6 +52,10 @@ CONFIG_FILE = "config.yaml"
 PLACEMENT_FILE = "placement.json"
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C before the first RL step (warm start, step-0 validation); the message says where."""
+
+
 class Timer:
     """Wall time per phase of one step, in insertion order (the progress line prints them)."""
 
@@ -99,6 +103,7 @@ class TrainingLoop:
         self.warmup_dir: str | None = None  # the warm-started model the train workers start from
         self.last_batch: Any = None
         self._stop_requested = False
+        self._saved_on_stop: str | None = None
 
     # -- what a pipeline provides ------------------------------------------------------------------
     def title(self) -> str:
@@ -223,20 +228,30 @@ class TrainingLoop:
         resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
         self.start_placement()
         self.start_rollouts()
+        interrupted = None
         try:
             with self._interrupt_guard():
-                if resume:
-                    self.load(resume)
-                    self.tracker.print(f"resumed from {resume} at step {self.step}")
-                else:
-                    self.prepare()
-                while self.step < self.max_steps and not self._stop_requested:
-                    self.train_step()
-                if self._stop_requested:
-                    self.tracker.print(f"stopped after step {self.step}; checkpoint saved")
+                try:
+                    if resume:
+                        self.load(resume)
+                        self.tracker.print(f"resumed from {resume} at step {self.step}")
+                    else:
+                        self.prepare()
+                    while self.step < self.max_steps and not self._stop_requested:
+                        self.train_step()
+                except RunInterrupted as stop:
+                    interrupted = str(stop)
         except RankLost as exc:
             raise RollError(f"{exc}. The run stops at step {self.step}: a lost training rank cannot be replaced "
                             f"mid-step. {self.resume_advice()}") from exc
+        if self._stop_requested:  # say what was saved, after the guard saved it
+            if self._saved_on_stop:
+                self.tracker.print(f"stopped after step {self.step}; checkpoint saved: {self._saved_on_stop} "
+                                   "(resume_from_checkpoint=true continues from it)")
+            else:
+                where = interrupted or f"after step {self.step}"
+                self.tracker.print(f"stopped {where}; nothing was saved (no RL step had finished; the warm start "
+                                   "is not checkpointed, so a new run starts it again)")
         self.finish()
         return 130 if self._stop_requested else 0
 
@@ -247,6 +262,11 @@ class TrainingLoop:
         return f"Continue from the last checkpoint (step {found[-1][0]}) with: roll run CONFIG " \
                f"resume_from_checkpoint={found[-1][1]}"
 
+    def check_interrupt(self, where: str) -> None:
+        """Stop before the first RL step (the warm start, validation) when Ctrl-C was pressed."""
+        if self._stop_requested and self.step == 0:
+            raise RunInterrupted(where)
+
     def prepare(self) -> None:
         """Before step 1: the untrained model's validation, the optional warm start, step-0 validation."""
         if self.warmup_steps():
@@ -254,7 +274,8 @@ class TrainingLoop:
                 metrics = self.validate(step=0, prefix="val_untrained")
                 self.tracker.log(0, metrics)
                 self.tracker.print(f"untrained model: val success {metrics['val_untrained/success']:.3f}")
-            self.warmup_dir, metrics = self.warm_start()
+                self.check_interrupt("after validating the untrained model")
+            self.warmup_dir, metrics = self.warm_start()  # stops with RunInterrupted on Ctrl-C
             self.use_model(self.warmup_dir)
             self.tracker.log(0, metrics)
             solver = int(metrics["sft/solver_steps"])
@@ -440,15 +461,23 @@ class TrainingLoop:
     # -- interruption ----------------------------------------------------------------------------
     @contextmanager
     def _interrupt_guard(self):
-        """Ctrl-C finishes the running step, saves a checkpoint and stops; a second Ctrl-C aborts."""
+        """Ctrl-C finishes the running step, saves a checkpoint and stops; a second Ctrl-C aborts.
+
+        Before the first RL step (warm start, step-0 validation) there is nothing to checkpoint:
+        the warm start stops after its current supervised step (:meth:`check_interrupt`).
+        """
         previous: Callable | int | None = None
 
         def handler(signum, frame):
             if self._stop_requested:
                 raise KeyboardInterrupt
             self._stop_requested = True
-            self.tracker.print("interrupt: finishing the current step, then saving a checkpoint "
-                               "(Ctrl-C again to abort without saving)")
+            if self.step == 0:
+                self.tracker.print("interrupt: stopping before the first RL step; there is nothing to "
+                                   "checkpoint yet (Ctrl-C again to abort at once)")
+            else:
+                self.tracker.print("interrupt: finishing the current step, then saving a checkpoint "
+                                   "(Ctrl-C again to abort without saving)")
 
         try:
             previous = signal.signal(signal.SIGINT, handler)
@@ -457,7 +486,7 @@ class TrainingLoop:
         try:
             yield
             if self._stop_requested and self.step > 0:
-                self.save()
+                self._saved_on_stop = self.save()
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)

@@ -3,7 +3,8 @@
 ``output_dir/checkpoint-{step}/`` holds the actor in Hugging Face format at its top level (so
 ``AutoModelForCausalLM.from_pretrained(that_dir)`` loads it) together with what its train
 strategy needs to continue exactly (optimizer, scheduler, RNG), a ``critic/`` folder when there is
-a critic, and ``pipeline_state.pt`` (step, KL controller, rollout counters, metric history).
+a critic, and ``pipeline_state.pt`` (step, KL controller, rollout counters, metric history). Every
+state file is read with ``torch.load(weights_only=True)``: a checkpoint directory cannot run code.
 
 A checkpoint is written into ``checkpoint-{step}.tmp`` and renamed when complete, and
 ``pipeline_state.pt`` is its last file: an interrupted save never leaves a directory that looks
@@ -80,10 +81,14 @@ def begin(output_dir: str, step: int) -> str:
 
 
 def commit(tmp: str, state: dict[str, Any], *, keep_last: int | None = None) -> str:
-    """Write the pipeline state last, move ``tmp`` into place, prune old checkpoints."""
-    import torch
+    """Write the pipeline state last, move ``tmp`` into place, prune old checkpoints.
 
-    torch.save(state, os.path.join(tmp, PIPELINE_STATE + ".part"))
+    ``state`` is stored as tensors and plain values only (:func:`plain`), so that :func:`load_state`
+    reads it with ``weights_only=True``.
+    """
+    from roll_core.strategies.rng import save_state
+
+    save_state(plain(state), os.path.join(tmp, PIPELINE_STATE + ".part"))
     os.replace(os.path.join(tmp, PIPELINE_STATE + ".part"), os.path.join(tmp, PIPELINE_STATE))
     final = tmp[: -len(".tmp")]
     if os.path.exists(final):
@@ -97,6 +102,27 @@ def commit(tmp: str, state: dict[str, Any], *, keep_last: int | None = None) -> 
 
 
 def load_state(path: str) -> dict[str, Any]:
-    import torch
+    """The pipeline state of checkpoint ``path``, read with ``torch.load(weights_only=True)``."""
+    from roll_core.strategies.rng import load_state as load_plain
 
-    return torch.load(os.path.join(path, PIPELINE_STATE), map_location="cpu", weights_only=False)
+    return load_plain(os.path.join(path, PIPELINE_STATE))
+
+
+def plain(value: Any, where: str = PIPELINE_STATE) -> Any:
+    """``value`` with numpy scalars and arrays as Python numbers and lists (exact), tensors kept:
+    what ``weights_only`` loading accepts. Anything else is a TypeError naming where it sits."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, dict):
+        return {plain(k, where): plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        return value
+    if module == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, bool | int | float | str):  # subclasses: keep the value, drop the class
+        return type(value).__mro__[-2](value)
+    raise TypeError(f"{where} is a {type(value).__module__}.{type(value).__name__}; checkpoint state must be "
+                    "tensors and plain Python values")

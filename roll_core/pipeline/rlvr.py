@@ -76,7 +76,8 @@ class RLVRPipeline(TrainingLoop):
             scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
             sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
-            async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c))
+            async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
+            timeout_s=float(c.rpc_timeout))
         val_files, val_args = self.validation_files()
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,

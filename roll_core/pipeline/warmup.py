@@ -177,6 +177,9 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
     try:
         pending = None
         for step in range(warmup.steps):
+            check = getattr(pipeline, "check_interrupt", None)
+            if check is not None:  # Ctrl-C: stop after the step in flight (nothing is saved)
+                check(f"during the warm start, after {step} of {warmup.steps} supervised steps")
             use_solver = solver_step(step, warmup.solver_fraction) or warmup.policy == "scripted"
             solver_steps += use_solver
             rows, demo = demonstrations(use_solver)  # the next batch is made while this one trains

@@ -14,6 +14,7 @@ from typing import Any
 _EXPORTS = {
     "RolloutScheduler": "roll_core.rollout.scheduler",
     "RolloutTimeout": "roll_core.rollout.scheduler",
+    "RolloutError": "roll_core.rollout.scheduler",
     "init_ray": "roll_core.rollout.scheduler",
     "RolloutBatch": "roll_core.rollout.batch",
     "build_batch": "roll_core.rollout.batch",

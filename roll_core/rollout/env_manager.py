@@ -11,6 +11,13 @@ Faults cost one trajectory: an env that raises or exceeds the step timeout is dr
 reason), rebuilt, and replays the same seed, so the group still shares one instance. After
 ``max_episode_retries`` failures of one episode the group gives it up and the queue admits
 another; the group's finished members of that episode are dropped too (a group is all or nothing).
+A hung env call is abandoned and its pool thread replaced (:mod:`roll_core.rollout.env_threads`).
+
+Faults that never heal stop the rollout instead of being retried forever: an env whose attempts
+fail ``max_consecutive_env_failures`` times in a row, or an episode that fails with a
+:class:`~roll_core.errors.ConfigError` (an ``agent_template`` naming an unknown field), sends a
+fatal report naming the env tag, the last error and the setting to change; the queue hands it to
+the driver's ``get_batch``, which raises it.
 
 Async training (``async_generation_ratio: k > 0``): a group whose oldest turn is more than k policy
 versions behind the newest one can never be trained on, so its episode is given up at once (all
@@ -27,11 +34,12 @@ import threading
 import traceback
 import uuid
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll_core.errors import ConfigError
 from roll_core.rollout.chat import ChatCodec, load_tokenizer
+from roll_core.rollout.env_threads import EnvThreads
 from roll_core.rollout.episode import (
     EpisodeCancelled,
     EpisodeContext,
@@ -54,6 +62,8 @@ BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 #: most threads running env calls at once in one env manager
 MAX_ENV_THREADS = 32
+#: longest wait between two progress reports of a busy env manager (the queue's stall bound reads them)
+HEARTBEAT_S = 5.0
 
 
 @dataclass
@@ -79,6 +89,7 @@ class EnvMember:
         self.route_key = f"{manager.spec.mode}-g{group_id}-m{member}"
         self.policy: TurnPolicy = make_turn_policy(manager.spec.policy, manager.codec, manager.generate_scheduler)
         self.env: Any = None
+        self.failures_in_row = 0  # failed attempts since this env last finished an episode
 
     def get_env(self) -> Any:
         if self.env is None:
@@ -86,14 +97,14 @@ class EnvMember:
         return self.env
 
     def discard_env(self) -> None:
-        """Forget a failed env (a hung step may still hold the old object in its thread)."""
+        """Forget a failed env (a hung step may still hold the old object in its thread).
+
+        ``close`` runs in a thread of its own: the env may be hung, and its ``close`` with it.
+        """
         env, self.env = self.env, None
         close = getattr(env, "close", None)
         if close is not None:
-            try:
-                close()
-            except Exception:
-                pass
+            threading.Thread(target=_quietly, args=(close,), name="roll-env-close", daemon=True).start()
 
 
 class GroupRunner:
@@ -198,15 +209,36 @@ class GroupRunner:
                 return
             except EpisodeFailure as failure:
                 reason, message = failure.reason, str(failure)
+            except ConfigError as exc:  # the config, not the env: no retry can succeed
+                manager.drop("error", str(exc), tag=self.env_spec.tag)
+                self.closed = True
+                manager.fatal(f"the {spec.mode} rollout cannot play env tag {self.env_spec.tag!r}: {exc}")
+                self._abandon(slot, "error")
+                return
             except Exception as exc:  # env construction or a bug: still only this trajectory
                 reason, message = "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
             else:
                 if frames:
                     trajectory.frames_path = await manager.save_frames(frames, trajectory, ticket)
+                member.failures_in_row = 0
                 self._deliver(slot, member.member, trajectory)
                 return
-            manager.drop(reason, message)
+            manager.drop(reason, message, tag=self.env_spec.tag)
             member.discard_env()
+            member.failures_in_row += 1
+            if member.failures_in_row >= spec.max_consecutive_env_failures:
+                self.closed = True  # no more episodes for this group: the run is stopping
+                manager.fatal(
+                    f"env tag {self.env_spec.tag!r} (group {self.group_id}, env {member.member}) of the {spec.mode} "
+                    f"rollout failed {member.failures_in_row} times in a row; last error ({reason}): "
+                    f"{message.strip().splitlines()[0] if message.strip() else reason}. Fix the env, or raise "
+                    f"{spec.manager_key}.max_consecutive_env_failures (now {spec.max_consecutive_env_failures}) "
+                    "if it only fails often" + (f", or {spec.manager_key}.env_step_timeout_s (now "
+                                                 f"{spec.step_timeout_s:g}) if it is merely slow"
+                                                 if reason == "timeout" else "") + "."
+                )
+                self._abandon(slot, reason)
+                return
             attempts += 1
             if attempts >= spec.max_episode_retries:
                 self._abandon(slot, reason)
@@ -265,18 +297,19 @@ class EnvManagerCore:
         group_ids = spec.worker_groups(worker_index)
         num_envs = len(group_ids) * spec.members_per_group
         # env calls run in threads only to be abandoned when they hang; a bounded pool keeps the GIL
-        # hand-offs cheap (a queued call still counts towards its timeout: it is dropped, never hangs)
-        self.executor = (
-            ThreadPoolExecutor(max_workers=min(max(4, num_envs), MAX_ENV_THREADS), thread_name_prefix="roll-env")
+        # hand-offs cheap, and an abandoned call's thread is replaced (roll_core.rollout.env_threads)
+        self.threads = (
+            EnvThreads(min(max(4, num_envs), MAX_ENV_THREADS), name=f"roll-env-{worker_index}")
             if spec.step_timeout_s else None
         )
-        self.context = EpisodeContext(spec=spec, codec=self.codec, executor=self.executor,
+        self.context = EpisodeContext(spec=spec, codec=self.codec, threads=self.threads,
                                       format_penalty=spec.format_penalty)
         self.groups = [GroupRunner(self, g, spec.envs[spec.group_tags[g]]) for g in group_ids]
         for group in self.groups:  # build every env now: a bad env config fails the actor's start
             for member in group.members:
                 member.get_env()
         self.outbox = Report()
+        self.fatal_sent = False
         self.drop_log: dict[str, int] = defaultdict(int)
         self.loop: asyncio.AbstractEventLoop | None = None
         # created here, bound to the loop thread on first use (pause() may come before run())
@@ -311,11 +344,22 @@ class EnvManagerCore:
         if not self._resumed.is_set():
             await self._resumed.wait()
 
-    def drop(self, reason: str, message: str = "", count: int = 1) -> None:
+    def drop(self, reason: str, message: str = "", count: int = 1, *, tag: str | None = None) -> None:
         self.outbox.drops[reason] = self.outbox.drops.get(reason, 0) + count
         self.drop_log[reason] += count
-        if message and self.drop_log[reason] <= LOGGED_FAILURES:
-            logger.warning("env manager %d dropped a trajectory (%s): %s", self.worker_index, reason, message)
+        if message:
+            first = message.strip().splitlines()[0] if message.strip() else reason
+            self.outbox.last_failure = f"env tag {tag!r}: {reason}: {first}" if tag else f"{reason}: {first}"
+            if self.drop_log[reason] <= LOGGED_FAILURES:
+                logger.warning("env manager %d dropped a trajectory (%s): %s", self.worker_index, reason, message)
+        self._outbox_event.set()
+
+    def fatal(self, message: str) -> None:
+        """A fault no retry can heal: the queue stops the rollout's ``get_batch`` with ``message``."""
+        if self.outbox.fatal is None and not self.fatal_sent:
+            logger.error("env manager %d: %s", self.worker_index, message)
+            self.outbox.fatal = message
+            self.fatal_sent = True
         self._outbox_event.set()
 
     def send_group(self, group: GroupResult) -> None:
@@ -334,10 +378,25 @@ class EnvManagerCore:
         tasks = [asyncio.ensure_future(group.member_loop(m)) for group in self.groups
                  for m in range(len(group.members))]
         flusher = asyncio.ensure_future(self._flush_outbox())
+        heartbeat = asyncio.ensure_future(self._heartbeat())
         await self._stop.wait()
-        for task in [*tasks, flusher]:
+        for task in [*tasks, flusher, heartbeat]:
             task.cancel()
-        await asyncio.gather(*tasks, flusher, return_exceptions=True)
+        await asyncio.gather(*tasks, flusher, heartbeat, return_exceptions=True)
+        if self.threads is not None:
+            self.threads.shutdown()
+
+    async def _heartbeat(self) -> None:
+        """Report progress (env calls, generations) at least every few seconds while there is some."""
+        interval = min(HEARTBEAT_S, self.spec.stall_timeout_s / 5) if self.spec.stall_timeout_s else HEARTBEAT_S
+        sent = 0
+        while True:
+            await asyncio.sleep(interval)
+            progress = self.context.progress
+            if progress != sent:
+                self.outbox.progress += progress - sent
+                sent = progress
+                self._outbox_event.set()
 
     async def _flush_outbox(self) -> None:
         """Send finished groups in batches: whatever piles up while one report is in flight."""
@@ -412,7 +471,10 @@ class EnvManager:
         return True
 
     def stats(self) -> dict[str, Any]:
-        return {"worker": self.core.worker_index, "pid": os.getpid(), "drops": dict(self.core.drop_log)}
+        threads = self.core.threads
+        return {"worker": self.core.worker_index, "pid": os.getpid(), "drops": dict(self.core.drop_log),
+                "abandoned_env_calls": threads.abandoned if threads is not None else 0,
+                "threads": threading.active_count()}
 
     def pause(self) -> None:
         self.core.pause()
@@ -423,3 +485,10 @@ class EnvManager:
     def shutdown(self) -> None:
         self.core.stop()
         self.thread.join(timeout=10)
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception:  # closing a failed env is best effort
+        pass

@@ -1,22 +1,24 @@
 """One env playing one episode: reset -> prompt -> generate -> parse -> step -> ... -> trajectory.
 
 :func:`play_episode` is the per-env loop body of the env manager. It never waits for another env;
-it awaits only its own generation and its own env calls. Env calls run in a thread with a timeout
-when ``step_timeout_s`` is set, so a hung ``step`` costs only its own trajectory. Failures are
-raised as :class:`EpisodeFailure` with a reason the metrics count by.
+it awaits only its own generation and its own env calls. Env calls run in a pool thread with a
+timeout when ``step_timeout_s`` is set (:mod:`roll_core.rollout.env_threads`), so a hung ``step``
+costs only its own trajectory and never a thread of the pool. Failures are raised as
+:class:`EpisodeFailure` with a reason the metrics count by; every env call and generation that
+completes advances :attr:`EpisodeContext.progress` (what the stall bound watches).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
+import math
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from roll_core.envs.prompt import Conversation, format_example
 from roll_core.rollout.chat import ChatCodec
+from roll_core.rollout.env_threads import EnvCallTimeout, EnvThreads
 from roll_core.rollout.policies import TurnPolicy
 from roll_core.rollout.protocol import Ticket
 from roll_core.rollout.spec import EnvSpec, RolloutSpec, derive_seed
@@ -48,25 +50,78 @@ class EpisodeContext:
 
     spec: RolloutSpec
     codec: ChatCodec
-    executor: Executor | None
+    threads: EnvThreads | None  # None: env calls run inline (no step timeout)
     format_penalty: float = 0.0  # env-manager level penalty for invalid actions (ROLL's)
+    progress: int = 0  # env calls and generations completed (the stall bound watches it)
 
     async def call_env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)`` on the env, in a worker thread under the step timeout when one is set."""
+        """``fn(*args)`` on the env, in a pool thread under the step timeout when one is set."""
         timeout = self.spec.step_timeout_s
         name = getattr(fn, "__name__", "env call")
         try:
-            if not timeout or self.executor is None:
-                return fn(*args, **kwargs)
-            loop = asyncio.get_running_loop()
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wait_for(loop.run_in_executor(self.executor, call), timeout)
-        except TimeoutError:
-            raise EpisodeFailure("timeout", f"env.{name} took longer than {timeout} s") from None
+            if not timeout or self.threads is None:
+                result = fn(*args, **kwargs)
+            else:
+                result = await self.threads.call(functools.partial(fn, *args, **kwargs), timeout)
+        except EnvCallTimeout:
+            raise EpisodeFailure("timeout", f"env.{name} took longer than {timeout:g} s (env_step_timeout_s); "
+                                 "the call was abandoned and the env replaced") from None
         except EpisodeFailure:
             raise
         except Exception as exc:
             raise EpisodeFailure("env_error", f"env.{name} raised {type(exc).__name__}: {exc}") from exc
+        self.progress += 1
+        return result
+
+
+def new_conversation(env: Any, env_spec: EnvSpec, reset_info: dict) -> Conversation:
+    """The episode's conversation: the env's instruction (or the config's templates around it)."""
+    return Conversation(reset_info.get("instruction") or env.instruction, format_example=format_example(env),
+                        max_tokens=env_spec.max_tokens_per_step, system_template=env_spec.system_template,
+                        turn_template=env_spec.turn_template)
+
+
+def checked_reset(result: Any) -> tuple[str, dict]:
+    """``env.reset``'s ``(observation, info)``, or the env error a malformed result is."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise EpisodeFailure("env_error", f"env.reset returned {_short(result)}, not (observation, info)")
+    observation, info = result
+    _check_observation("reset", observation)
+    if not isinstance(info, dict):
+        raise EpisodeFailure("env_error", f"env.reset returned info {_short(info)}, not a dict")
+    return observation, info
+
+
+def checked_step(result: Any) -> tuple[str, float, bool, bool, dict]:
+    """``env.step``'s 5-tuple with a finite float reward, or the env error a malformed result is.
+
+    A garbage result costs its trajectory like an exception would; it never reaches training
+    (a NaN reward would poison every advantage of its batch).
+    """
+    if not (isinstance(result, tuple) and len(result) == 5):
+        raise EpisodeFailure("env_error", f"env.step returned {_short(result)}, not (observation, reward, "
+                                          "terminated, truncated, info)")
+    observation, reward, terminated, truncated, info = result
+    _check_observation("step", observation)
+    try:
+        reward = float(reward)
+    except (TypeError, ValueError):
+        raise EpisodeFailure("env_error", f"env.step returned the reward {_short(reward)}, not a number") from None
+    if not math.isfinite(reward):
+        raise EpisodeFailure("env_error", f"env.step returned the reward {reward}, not a finite number")
+    if not isinstance(info, dict):
+        raise EpisodeFailure("env_error", f"env.step returned info {_short(info)}, not a dict")
+    return observation, reward, bool(terminated), bool(truncated), info
+
+
+def _check_observation(call: str, observation: Any) -> None:
+    if not isinstance(observation, str):
+        raise EpisodeFailure("env_error", f"env.{call} returned the observation {_short(observation)}, not text")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def turn_sampling(spec: RolloutSpec, env_spec: EnvSpec) -> SamplingParams:
@@ -86,12 +141,9 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
     :class:`EpisodeStale` ends it before more env steps or generations are spent on it.
     """
     spec, codec = ctx.spec, ctx.codec
-    observation, info = await ctx.call_env(env.reset, seed=ticket.seed)
-    instruction = info.get("instruction") or env.instruction
+    observation, info = checked_reset(await ctx.call_env(env.reset, seed=ticket.seed))
     sampling = turn_sampling(spec, env_spec)
-    conversation = Conversation(instruction, format_example=format_example(env),
-                                max_tokens=env_spec.max_tokens_per_step,
-                                system_template=env_spec.system_template, turn_template=env_spec.turn_template)
+    conversation = new_conversation(env, env_spec, info)
     builder = make_prompt_builder(codec, spec.granularity, env_spec.history_window)
     max_turns = env_spec.max_steps or env.config.max_steps
     if frames is not None:
@@ -134,6 +186,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             raise EpisodeFailure("generation_error", f"generation failed: {type(exc).__name__}: {exc}") from exc
         if output.finish_reason == "abort":
             raise EpisodeFailure("generation_aborted", "generation was aborted")
+        ctx.progress += 1
         version = int(output.policy_version)
         if stale is not None and stale(turns[0].version if turns else version, version):
             raise EpisodeStale(f"turn {turn_index} is on policy version {version}, the episode began on "
@@ -142,7 +195,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
         full_text, response_text = codec.response_texts(response_ids)
         builder.add_response(response_ids, full_text)
         conversation.respond(response_text)
-        next_observation, reward, term, trunc, step_info = await ctx.call_env(env.step, response_text)
+        next_observation, reward, term, trunc, step_info = checked_step(await ctx.call_env(env.step, response_text))
         metrics = {k: float(v) for k, v in (step_info.get("metrics") or {}).items()}
         if ctx.format_penalty and not metrics.get("action_is_valid", 1.0):
             reward += ctx.format_penalty

@@ -81,6 +81,9 @@ def rollout_spec(run: Any, mode: str = "train", *, policy: str | None = None, **
         granularity=run.granularity,
         render_save_dir=config.render_save_dir,
         format_penalty=manager.format_penalty,
+        step_timeout_s=manager.env_step_timeout_s,
+        max_consecutive_env_failures=manager.max_consecutive_env_failures,
+        stall_timeout_s=manager.stall_timeout_s,
         plugins=dict(run.plugins),
     )
     values.update(overrides)

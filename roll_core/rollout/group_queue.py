@@ -10,6 +10,11 @@ Robustness: every admitted episode is tracked with the worker that holds it. Whe
 back after a crash (``attach`` with a new incarnation token) or stops answering the watchdog's
 ping, its episodes are given back and admitted again with the same seed, so a killed actor costs
 only time. A delivery that arrives after its episode was given back is still accepted once.
+
+``get_batch`` never waits forever: it returns an error instead of groups when an env manager
+reports a fault no retry heals (``fatal``), or when ``stall_timeout`` seconds pass in which no env
+call or generation of the rollout completed (env managers report their progress every few
+seconds); both name the latest failure the env managers reported.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ class GroupQueue:
         self.drops: dict[str, int] = defaultdict(int)
         self.attaches: dict[int, int] = defaultdict(int)
         self.workers: list[Any] = []
+        self.last_progress = time.monotonic()  # when an env call, generation or group last completed
+        self.last_failure: str | None = None
+        self.fatal: str | None = None
         self._changed = asyncio.Event()
         self._batch_lock = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
@@ -96,6 +104,12 @@ class GroupQueue:
         """Finished groups, given-up episodes and dropped-trajectory counts from a worker."""
         for reason, count in report.drops.items():
             self.drops[reason] += count
+        if report.progress or report.groups:
+            self.last_progress = time.monotonic()
+        if report.last_failure:
+            self.last_failure = report.last_failure
+        if report.fatal and self.fatal is None:
+            self.fatal = report.fatal
         for release in report.releases:
             ticket = release.ticket
             if self.outstanding.pop(ticket.key, None) is None:
@@ -160,8 +174,13 @@ class GroupQueue:
         return len(keys)
 
     # -- the driver -------------------------------------------------------------------------
-    async def get_batch(self, num_groups: int, timeout: float | None = None) -> dict[str, Any]:
-        """Wait for ``num_groups`` complete groups; return the oldest, with drop counts since last time."""
+    async def get_batch(self, num_groups: int, timeout: float | None = None,
+                        stall_timeout: float | None = None) -> dict[str, Any]:
+        """Wait for ``num_groups`` complete groups; return the oldest, with drop counts since last time.
+
+        Without groups (``"groups": None``) when ``timeout`` passes, when ``stall_timeout`` passes
+        with no progress at all, or when an env manager reported a fatal fault (``"error"`` says which).
+        """
         async with self._batch_lock:
             started = time.monotonic()
             if self.admission.per_pass:
@@ -169,10 +188,13 @@ class GroupQueue:
             self.admission.start_request(num_groups)
             self._pump()
             try:
-                await asyncio.wait_for(self._wait_for(num_groups), timeout)
+                error = await asyncio.wait_for(self._wait_for(num_groups, started, stall_timeout), timeout)
             except TimeoutError:
+                error = None
+            if error is not None or len(self.ready) < num_groups:
                 self.admission.end_request(num_groups)
-                return {"groups": None, "status": self._status(), "waited_s": time.monotonic() - started}
+                return {"groups": None, "status": self._status(), "waited_s": time.monotonic() - started,
+                        "error": error, "last_failure": self.last_failure}
             self.ready.sort(key=lambda g: g.ticket.serial)
             groups, self.ready = self.ready[:num_groups], self.ready[num_groups:]
             self.admission.end_request(num_groups)
@@ -183,13 +205,26 @@ class GroupQueue:
             return {"groups": groups, "drops": drops, "pass_id": self.pass_id, "version": self.version,
                     "waited_s": time.monotonic() - started}
 
-    async def _wait_for(self, num_groups: int) -> None:
+    async def _wait_for(self, num_groups: int, started: float, stall_timeout: float | None) -> str | None:
+        """None once ``num_groups`` groups are ready; else why the rollout cannot deliver them."""
+        check_s = min(5.0, stall_timeout / 4) if stall_timeout else None
         while True:
             self._drop_stale()
             if len(self.ready) >= num_groups:
-                return
+                return None
+            if self.fatal is not None:
+                return self.fatal
+            idle = time.monotonic() - max(self.last_progress, started)
+            if stall_timeout and idle > stall_timeout:
+                return (f"the {self.mode} rollout made no progress for {idle:.0f} s (no env call or generation "
+                        f"completed, {len(self.ready)} of {num_groups} groups ready); last failure: "
+                        f"{self.last_failure or 'none reported'}. Fix the env, or raise "
+                        f"{self.mode}_env_manager.stall_timeout_s (now {stall_timeout:g}) if it is merely slow")
             self._changed.clear()
-            await self._changed.wait()
+            try:
+                await asyncio.wait_for(self._changed.wait(), check_s)
+            except TimeoutError:
+                pass
 
     def _drop_stale(self) -> None:
         """Drop complete groups whose oldest turn is more than ``max_staleness`` versions behind.
@@ -260,7 +295,8 @@ class GroupQueue:
     def _status(self) -> dict[str, Any]:
         return {"ready_groups": len(self.ready), "in_flight_groups": len(self.outstanding),
                 "waiting_groups": len(self.waiters), "paused": self.paused, "version": self.version,
-                "attached_workers": len(self.tokens), "drops": dict(self.drops)}
+                "attached_workers": len(self.tokens), "drops": dict(self.drops),
+                "last_failure": self.last_failure}
 
     def status(self) -> dict[str, Any]:
         return self._status()

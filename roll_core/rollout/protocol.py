@@ -56,6 +56,9 @@ class Report:
     groups: list[GroupResult] = field(default_factory=list)
     releases: list[Release] = field(default_factory=list)
     drops: dict[str, int] = field(default_factory=dict)  # dropped trajectories by reason
+    progress: int = 0  # env calls and generations completed since the last report
+    last_failure: str | None = None  # the latest dropped attempt: env tag, reason, first line of the error
+    fatal: str | None = None  # a fault no retry heals: the rollout must stop (the message says why)
 
     def __bool__(self) -> bool:
-        return bool(self.groups or self.releases or self.drops)
+        return bool(self.groups or self.releases or self.drops or self.progress or self.fatal)

@@ -25,6 +25,7 @@ from typing import Any
 
 from roll_core.algorithms.sample_masks import SampleMaskSettings, sample_masks
 from roll_core.data import PromptRow, PromptSampler
+from roll_core.errors import RollError
 from roll_core.rollout.contract import StepBatch
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 
@@ -113,7 +114,9 @@ class RLVRRollout:
 
     def __init__(self, *, scheduler: Any, tokenizer: Any, rewards: Any, sampling: SamplingParams, group_size: int,
                  seed: int, sampler: PromptSampler | None = None, batch_size: int = 0, async_ratio: int = 0,
-                 pad_id: int = 0, masks: SampleMaskSettings | None = None):
+                 pad_id: int = 0, masks: SampleMaskSettings | None = None, timeout_s: float | None = None):
+        """``timeout_s``: the longest one batch's generation may take (the config's ``rpc_timeout``)."""
+        self.timeout_s = timeout_s
         self.pad_id = int(pad_id)
         self.masks = masks or SampleMaskSettings()
         self.scheduler = scheduler
@@ -152,7 +155,11 @@ class RLVRRollout:
                                                    replace(sampling, seed=request_seed(self.seed, rid))))
                 flat.append(row)
                 groups.append(f"{key}-p{i}")
-        outputs = ray.get([self.scheduler.generate.remote(r) for r in requests])
+        try:
+            outputs = ray.get([self.scheduler.generate.remote(r) for r in requests], timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
+                            f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow") from None
         texts = [self.tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outputs]
         scored = [self.rewards.score(row.domain, row.text, text, row.reference, len(o.token_ids))
                   for row, text, o in zip(flat, texts, outputs)]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -34,21 +33,24 @@ from roll_core.rollout.spec import RolloutSpec, episode_seed
 logger = logging.getLogger("roll.rollout")
 
 
-class RolloutTimeout(RollError):
+class RolloutError(RollError):
+    """The rollout cannot deliver a batch: an env fails for good, or nothing progressed for too long."""
+
+
+class RolloutTimeout(RolloutError):
     """``get_batch`` did not complete within its timeout; the message says what the queue holds."""
 
 
-def init_ray(**kwargs: Any) -> None:
-    """Start (or join, with ``RAY_ADDRESS``) Ray the way roll runs it: no dashboard, no auth prompt."""
-    import ray
+def init_ray(**kwargs: Any) -> bool:
+    """Start (or join, with ``RAY_ADDRESS``) Ray the way roll runs it; True when started here.
 
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    options = {"address": os.environ.get("RAY_ADDRESS") or "local", "include_dashboard": False,
-               "logging_level": logging.WARNING}
-    options.update(kwargs)
-    ray.init(**options)
+    A cluster started here is private: loopback only, token authentication, reaped if this
+    process is killed (:func:`roll_core.cluster.start_ray`).
+    """
+    from roll_core.cluster import start_ray
+
+    options = {"logging_level": logging.WARNING, **kwargs}
+    return start_ray(options.pop("address", None), **options)
 
 
 class RolloutScheduler:
@@ -56,7 +58,10 @@ class RolloutScheduler:
 
     def __init__(self, spec: RolloutSpec, tokenizer: Any, *, generate_scheduler: Any = None,
                  batch_size: int | None = None, start_timeout_s: float = 900.0,
-                 watchdog_interval_s: float = 5.0, worker_env_vars: dict[str, str] | None = None):
+                 watchdog_interval_s: float = 5.0, worker_env_vars: dict[str, str] | None = None,
+                 batch_timeout_s: float | None = None):
+        """``batch_timeout_s``: the longest ``get_batch`` waits when called without a timeout
+        (``rpc_timeout`` of the config; None: no bound besides ``spec.stall_timeout_s``)."""
         import ray
 
         from roll_core.rollout.env_manager import EnvManager
@@ -71,6 +76,7 @@ class RolloutScheduler:
             )
         self.spec = spec
         self.batch_size = batch_size or spec.num_env_groups * spec.group_size
+        self.batch_timeout_s = batch_timeout_s
         self.codec = ChatCodec(load_tokenizer(tokenizer))
         self.version = 0
         self._tokenizer_ref = ray.put(self.codec.tokenizer)
@@ -119,13 +125,16 @@ class RolloutScheduler:
         section = getattr(config, f"{mode}_env_manager")
         return cls(spec, tokenizer, generate_scheduler=generate_scheduler,
                    batch_size=batch_size_from_config(config, mode),
-                   worker_env_vars={**config.system_envs, **section.system_envs} or None)
+                   worker_env_vars={**config.system_envs, **section.system_envs} or None,
+                   batch_timeout_s=float(config.rpc_timeout))
 
     # -- batches ------------------------------------------------------------------------------
     def get_batch(self, n: int | None = None, *, timeout: float | None = None) -> RolloutBatch:
         """Block until ``n`` trajectories in complete groups exist; return the oldest groups.
 
-        Raises :class:`RolloutTimeout` (with the queue's state) when ``timeout`` seconds pass first.
+        Raises :class:`RolloutTimeout` (with the queue's state) when ``timeout`` seconds (default:
+        the config's ``rpc_timeout``) pass first, and :class:`RolloutError` as soon as an env
+        fails for good or nothing progresses for ``spec.stall_timeout_s``.
         """
         import ray
 
@@ -133,12 +142,19 @@ class RolloutScheduler:
         if n <= 0 or n % self.spec.group_size:
             raise ConfigError(f"get_batch({n}): the batch size must be a positive multiple of group_size "
                               f"({self.spec.group_size}), since batches hold complete groups")
+        setting = None
+        if timeout is None and self.batch_timeout_s is not None:
+            timeout, setting = self.batch_timeout_s, "rpc_timeout"
         started = time.perf_counter()
-        result = ray.get(self.queue.get_batch.remote(n // self.spec.group_size, timeout))
+        result = ray.get(self.queue.get_batch.remote(n // self.spec.group_size, timeout, self.spec.stall_timeout_s))
         elapsed = time.perf_counter() - started
         if result["groups"] is None:
+            if result.get("error"):
+                raise RolloutError(result["error"])
+            hint = f"; raise {setting} (now {timeout:g}) if batches are merely slow" if setting else ""
             raise RolloutTimeout(f"get_batch({n}) of the {self.spec.mode} rollout timed out after "
-                                 f"{elapsed:.1f} s; queue state: {result['status']}")
+                                 f"{elapsed:.1f} s{hint}; last failure: {result.get('last_failure') or 'none'}; "
+                                 f"queue state: {result['status']}")
         trajectories = [t for group in result["groups"] for t in group.trajectories]
         metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
         return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
@@ -182,6 +198,12 @@ class RolloutScheduler:
         import ray
 
         return ray.get(self.queue.status.remote())
+
+    def worker_stats(self) -> list[dict[str, Any]]:
+        """Per env manager: pid, dropped trajectories by reason, abandoned (hung) env calls, threads."""
+        import ray
+
+        return ray.get([w.stats.remote() for w in self.workers])
 
     def shutdown(self) -> None:
         """Stop env loops and kill the actors (idempotent)."""

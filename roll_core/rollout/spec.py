@@ -58,6 +58,8 @@ class RolloutSpec:
     render_max_trajectories: int = 8  # validation trajectories saved as GIF per pass
     step_timeout_s: float | None = 60.0  # env.reset/env.step slower than this fail the trajectory
     max_episode_retries: int = 8  # attempts of one (group, episode) before the group gives it up
+    max_consecutive_env_failures: int = 50  # failed attempts in a row of one env that stop the rollout
+    stall_timeout_s: float | None = 1800.0  # a batch without any env call / generation completing stops
     format_penalty: float = 0.0  # added to the reward of a turn without a valid action (env manager level)
     worker_max_restarts: int = 4  # Ray restarts of a crashed env-manager actor
     worker_num_cpus: float = 0.0  # Ray CPU reservation per env-manager actor (they mostly wait)
@@ -75,6 +77,8 @@ class RolloutSpec:
         if len(self.group_tags) != self.num_env_groups:
             raise ConfigError(f"{self.manager_key}: {len(self.group_tags)} group tags for "
                               f"{self.num_env_groups} groups")
+        if self.max_consecutive_env_failures < 1:
+            raise ConfigError(f"{self.manager_key}.max_consecutive_env_failures must be >= 1")
         if self.group_size_redundancy < 0:
             raise ConfigError(f"{self.manager_key}.group_size_redundancy must be >= 0")
         if self.members_per_group > self.max_env_num_per_worker:

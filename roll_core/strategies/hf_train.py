@@ -27,14 +27,14 @@ Decisions, and why:
   stepped once per ``train_step``. A non-finite gradient norm skips the update (counted in
   ``skipped``) rather than corrupting the weights.
 * **Checkpoints** are a ``save_pretrained`` directory (safetensors + tokenizer) plus
-  ``trainer_state.pt`` (optimizer, scheduler, step, and torch / CUDA / numpy / python RNG states);
+  ``trainer_state.pt`` (optimizer, scheduler, step, and torch / CUDA / numpy / python RNG states,
+  stored so that ``torch.load(weights_only=True)`` reads them: :mod:`roll_core.strategies.rng`);
   :meth:`load_checkpoint` restores all of it, so a resumed run continues bit-for-bit on CPU.
 """
 
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +53,7 @@ from roll_core.strategies.hf_common import (
     set_num_threads,
     torch_dtype,
 )
+from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
     mask_or_none,
@@ -192,18 +193,13 @@ class OptimizedModel:
             "skipped_steps": self.skipped_steps,
             "optimizer": self.optimizer.state_dict() if self.trainable else None,
             "scheduler": self.scheduler.state_dict() if self.trainable else None,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-            },
+            "rng": rng_state(),
         }
         if rank() == 0:
-            torch.save(state, os.path.join(path, TRAINER_STATE))
+            save_state(state, os.path.join(path, TRAINER_STATE))
         else:
             os.makedirs(path, exist_ok=True)
-            torch.save({"rng": state["rng"]}, os.path.join(path, RANK_STATE.format(rank=rank())))
+            save_state({"rng": state["rng"]}, os.path.join(path, RANK_STATE.format(rank=rank())))
         barrier()
 
     def _load_trainer_state(self, path: str) -> None:
@@ -212,8 +208,7 @@ class OptimizedModel:
         file = os.path.join(path, TRAINER_STATE)
         if not os.path.isfile(file):
             raise RollError(f"{path} is not a roll checkpoint: {TRAINER_STATE} is missing.")
-        # our own file: it holds numpy / python RNG states, which weights_only cannot read
-        state = torch.load(file, map_location="cpu", weights_only=False)
+        state = load_state(file)  # weights_only: a checkpoint directory's file never runs code
         self.global_step = int(state["global_step"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
         if self.trainable and state["optimizer"] is not None:
@@ -225,12 +220,8 @@ class OptimizedModel:
             if not os.path.isfile(own):
                 raise RollError(f"{path} holds no state of rank {rank()} ({RANK_STATE.format(rank=rank())}): it "
                                 "was saved with fewer ranks; resume with the same device_mapping / world_size.")
-            rng = torch.load(own, map_location="cpu", weights_only=False)["rng"]
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+            rng = load_state(own)["rng"]
+        set_rng_state(rng)
 
 
 class HFTrainStrategy(OptimizedModel, TrainStrategy):

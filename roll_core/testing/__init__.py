@@ -1,12 +1,15 @@
-"""Helpers for plugin authors: :func:`check_env`, :func:`smoke_rollout` and :func:`check_strategy`.
+"""Helpers for plugin authors: :func:`check_env`, :func:`smoke_rollout`, :func:`check_strategy`, and
+:class:`FaultyEnv` (an env that raises, hangs or returns garbage in a configurable share of its calls).
 
 Also a pytest plugin (:mod:`roll_core.testing.pytest_plugin`, auto-loaded through the ``pytest11``
 entry point) with the fixtures ``roll_check_env``, ``roll_smoke_rollout`` and ``roll_registry``.
 """
 
 from roll_core.testing.env_checks import EnvCheckError, EnvCheckReport, check_env, record_trajectory
+from roll_core.testing.faults import FaultConfig, FaultyEnv, InjectedFault
 from roll_core.testing.rollout import RolloutStats, smoke_rollout
 from roll_core.testing.strategy_checks import StrategyCheckError, StrategyCheckReport, check_strategy
 
-__all__ = ["EnvCheckError", "EnvCheckReport", "RolloutStats", "StrategyCheckError", "StrategyCheckReport",
-           "check_env", "check_strategy", "record_trajectory", "smoke_rollout"]
+__all__ = ["EnvCheckError", "EnvCheckReport", "FaultConfig", "FaultyEnv", "InjectedFault", "RolloutStats",
+           "StrategyCheckError", "StrategyCheckReport", "check_env", "check_strategy", "record_trajectory",
+           "smoke_rollout"]

@@ -13,10 +13,11 @@ for _key, _value in {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "RAY_US
 
 @pytest.fixture(scope="session")
 def ray_session():
+    """roll's private local cluster (loopback only, as `roll run` starts it), shared by the session."""
     ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", include_dashboard=False, num_cpus=4, log_to_driver=False)
+    from roll_core.cluster import start_ray
+
+    started = start_ray(num_cpus=4, log_to_driver=False)
     yield ray
     if started:
         ray.shutdown()

@@ -102,7 +102,7 @@ def play(codec, registry, versions, stale):
     binding = env_spec.env
     env = make_env(binding.name, binding.config, registry=registry, max_steps=len(versions))
     policy = VersionedPolicy(codec, versions)
-    episode = play_episode(EpisodeContext(spec=spec, codec=codec, executor=None), env, env_spec,
+    episode = play_episode(EpisodeContext(spec=spec, codec=codec, threads=None), env, env_spec,
                            Ticket(0, 0, 7, 0), 0, policy, route_key="k", cancelled=lambda: False, stale=stale)
     return policy, episode
 

@@ -27,13 +27,13 @@ def no_ray():
 
 
 def test_rollout_command_prints_batches_and_dumps_trajectories(no_ray, tokenizer, tmp_path, capsys):
-    dump = tmp_path / "trajs.jsonl"
+    dump = tmp_path / "not" / "yet" / "trajs.jsonl"  # --dump creates its directory
     # the seed config (megatron + vLLM, a hub model) with fewer groups to keep the test short;
     # 128 groups x 8 envs go through the same code in test_rollout_engine.py
     code = main(["rollout", SEED_CONFIG, "train_env_manager.num_env_groups=16",
                  "train_env_manager.num_groups_partition=[16]", "rollout_batch_size=128",
-                 "train_env_manager.max_env_num_per_worker=64",
-                 "--policy", "random", "--batches", "2", "--dump", str(dump), "--timeout", "240"])
+                 "--policy", "random", "--batches", "2", "--dump", str(dump), "--timeout", "240",
+                 "train_env_manager.max_env_num_per_worker=64"])  # overrides may follow the options
     out = capsys.readouterr().out
     assert code == 0
     assert "16 groups x 8 envs (128 envs on 2 workers), policy random" in out

@@ -142,7 +142,7 @@ def run_episode(codec, registry, spec, policy, seed=11, env_config=None):
     env_spec = spec.envs["Counting"]
     env = bind_env("test_counting", {**env_spec.env.config.model_dump(), **(env_config or {})},
                    registry=registry).make()
-    ctx = EpisodeContext(spec=spec, codec=codec, executor=None)
+    ctx = EpisodeContext(spec=spec, codec=codec, threads=None)
     policy.start_episode(seed)
     return asyncio.run(play_episode(ctx, env, env_spec, Ticket(0, 0, seed, 0), 0, policy, route_key="k",
                                     cancelled=lambda: False))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,6 +137,41 @@ def test_checkpoint_resume_is_exact(tiny_dir, tmp_path):
     AutoTokenizer.from_pretrained(tmp_path / "ckpt")
     with pytest.raises(RollError, match="not a roll checkpoint"):
         resumed.load_checkpoint(tiny_dir)
+
+
+class _RunsCode:
+    """Unpickling this would run code (what a tampered checkpoint file would hold)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_checkpoint_state_loads_without_unpickling_code(tiny_dir, tmp_path):
+    from roll_core.pipeline import checkpoint as ckpt
+    from roll_core.strategies.hf_train import TRAINER_STATE
+
+    first = HFTrainStrategy(tiny_dir, learning_rate=1e-2, per_device_train_batch_size=2)
+    batch = random_batch()
+    first.train_step(batch, pg_loss(batch))
+    first.save_checkpoint(str(tmp_path / "ckpt"))
+    state = torch.load(tmp_path / "ckpt" / TRAINER_STATE, weights_only=True)  # tensors and plain values only
+    assert state["global_step"] == 1 and isinstance(state["rng"]["numpy"]["keys"], list)
+
+    tmp = ckpt.begin(str(tmp_path / "out"), 3)
+    path = ckpt.commit(tmp, {"step": 3, "tracker": {"history": [{"step": 1.0, "x": np.float64(0.5)}]}})
+    assert ckpt.load_state(path)["tracker"]["history"][0]["x"] == 0.5
+
+    marker = tmp_path / "pwned"
+    torch.save({"global_step": 1, "rng": _RunsCode(marker)}, tmp_path / "ckpt" / TRAINER_STATE)
+    torch.save({"step": 3, "x": _RunsCode(marker)}, os.path.join(path, ckpt.PIPELINE_STATE))
+    with pytest.raises(RollError, match="weights_only=True"):
+        HFTrainStrategy(tiny_dir, learning_rate=1e-2).load_checkpoint(str(tmp_path / "ckpt"))
+    with pytest.raises(RollError, match="weights_only=True"):
+        ckpt.load_state(path)
+    assert not marker.exists()
 
 
 def test_exported_weights_drive_hf_infer(tiny_dir):

@@ -145,6 +145,9 @@ def test_checkpoint_round_trip(ds_tiny_dir, tmp_path, stage):
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt"), dtype=torch.float32)
     assert max_diff({k: v for k, v in hf.state_dict().items()}, saved) == 0.0
 
+    rng_files = sorted((tmp_path / "ckpt").glob("rng_state_rank*.pt"))
+    assert rng_files and all(torch.load(f, weights_only=True)["numpy"]["keys"] for f in rng_files)  # no pickled code
+
     second = deepspeed_strategy(ds_tiny_dir, **kwargs)
     second.load_checkpoint(str(tmp_path / "ckpt"))
     assert second.global_step == 1 and max_diff(second.export_weights(), saved) == 0.0

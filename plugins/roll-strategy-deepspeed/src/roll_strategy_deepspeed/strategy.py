@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import socket
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 if not torch.cuda.is_available():  # before DeepSpeed picks its accelerator
@@ -56,6 +54,7 @@ from roll_core.strategies.hf_common import (  # noqa: E402
     set_num_threads,
     torch_dtype,
 )
+from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state  # noqa: E402
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
 from roll_core.strategies.tensors import (  # noqa: E402
     mask_or_none,
@@ -263,7 +262,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.engine.save_checkpoint(os.path.join(path, DS_DIR), tag=DS_TAG,
                                     client_state={"global_step": self.global_step})
         os.makedirs(path, exist_ok=True)
-        torch.save(_rng_state(), os.path.join(path, RNG_FILE.format(rank=self.rank)))
+        save_state(rng_state(), os.path.join(path, RNG_FILE.format(rank=self.rank)))
         dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
@@ -279,7 +278,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.global_step = int((client_state or {}).get("global_step", 0))
         rng_file = os.path.join(path, RNG_FILE.format(rank=self.rank))
         if os.path.isfile(rng_file):
-            _set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+            set_rng_state(load_state(rng_file))  # weights_only: the file cannot run code
 
     # -- internals --------------------------------------------------------------------------
     def _load_model(self, attn: str) -> Any:
@@ -380,17 +379,3 @@ def _zero3_init(ds_config: Mapping[str, Any] | None):
     finally:
         unset_hf_deepspeed_config()
         del keep_alive
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])

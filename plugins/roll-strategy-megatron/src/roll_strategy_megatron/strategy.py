@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import socket
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
@@ -39,6 +37,7 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import LossFn, TrainStrategy
 from roll_core.strategies.hf_common import DTYPES, set_num_threads
+from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
     micro_batches,
@@ -288,7 +287,7 @@ class MegatronTrainStrategy(TrainStrategy):
         os.makedirs(os.path.join(path, MEGATRON_DIR), exist_ok=True)
         dist.barrier()
         dist_checkpointing.save(self._sharded_state_dict(), os.path.join(path, MEGATRON_DIR))
-        torch.save({"global_step": self.global_step,
+        save_state({"global_step": self.global_step,
                     "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                     "rng": _rng_state()}, os.path.join(path, STATE_FILE.format(rank=dist.get_rank())))
         dist.barrier()
@@ -302,8 +301,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self._module().load_state_dict(state["model"])
         if self.optimizer is not None and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
-        trainer = torch.load(os.path.join(path, STATE_FILE.format(rank=dist.get_rank())), map_location="cpu",
-                             weights_only=False)
+        trainer = load_state(os.path.join(path, STATE_FILE.format(rank=dist.get_rank())))  # weights_only
         self.global_step = int(trainer["global_step"])
         if self.scheduler is not None and trainer["scheduler"] is not None:
             self.scheduler.load_state_dict(trainer["scheduler"])
@@ -430,14 +428,10 @@ def _init_distributed() -> None:
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(),
-            "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
-            "numpy": np.random.get_state(), "python": random.getstate()}
+    """roll's RNG states (weights_only-loadable) plus Megatron's tensor-parallel CUDA RNG tracker."""
+    return {**rng_state(), "tracker": dict(tensor_parallel.get_cuda_rng_tracker().get_states())}
 
 
 def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    torch.cuda.set_rng_state(state["cuda"])
+    set_rng_state(state)
     tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
