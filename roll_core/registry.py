@@ -51,7 +51,7 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {
                             "granularity": _one_of("trajectory", "step")},
     "policy_loss": {},
     "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
-                 "critic": _target},
+                 "critic": _target, "serves_lora": _instance(bool, "True or False")},
     "reward": {},
 }
 #: options a registration of the kind must give

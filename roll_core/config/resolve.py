@@ -160,7 +160,15 @@ class _Resolver:
             c.enable_old_logprobs_recompute or step_wise or c.init_kl_coef > 0
         )
         needs_critic = bool(estimator.options.get("needs_critic"))
-        wanted = {"actor_train", "actor_infer", *(["critic"] * needs_critic), *(["reference"] * d["enable_reference"])}
+        from roll_core.strategies.lora import LoraSettings
+
+        lora = LoraSettings.from_worker_config(c.actor_train)
+        if lora is not None and lora.target is not None and d["actor_train"]["model_args"]["lora_alpha"] is None:
+            d["actor_train"]["model_args"]["lora_alpha"] = lora.scale_alpha  # ROLL's default, written out
+        # with LoRA the reference is the actor's base with adapters disabled: no second model (as ROLL)
+        reference_from_actor = bool(d["enable_reference"] and lora is not None)
+        builds_reference = d["enable_reference"] and not reference_from_actor
+        wanted = {"actor_train", "actor_infer", *(["critic"] * needs_critic), *(["reference"] * builds_reference)}
         if builds_model:
             self.fill_models(needs_critic)
         for worker in ROLES:
@@ -178,7 +186,8 @@ class _Resolver:
             self.rlvr(c)
         return Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
                    envs=self.envs, rewards=self.rewards, plugins=self.plugin_versions(),
-                   components=self.components, warnings=tuple(self.warnings))
+                   components=self.components, warnings=tuple(self.warnings),
+                   reference_from_actor=reference_from_actor)
 
     # -- helpers ------------------------------------------------------------------------------
     def lookup(self, kind: str, name: str, path: str) -> Registration:

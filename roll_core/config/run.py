@@ -71,6 +71,8 @@ class Run:
     #: YAML path that selects a component -> its registration (for messages and ``roll config show``)
     components: Mapping[str, Registration] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: the reference log-probs come from actor_train with its LoRA adapters disabled (no reference workers)
+    reference_from_actor: bool = False
 
     # -- what the run does ----------------------------------------------------------------------
     @property
@@ -89,7 +91,24 @@ class Run:
 
     @property
     def uses_reference(self) -> bool:
-        return "reference" in self.strategies
+        """Whether the run needs reference log-probs (a KL term), from reference workers or the actor."""
+        return "reference" in self.strategies or self.reference_from_actor
+
+    @property
+    def lora(self) -> Any:
+        """actor_train's :class:`~roll_core.strategies.lora.LoraSettings`, or None (full fine-tuning)."""
+        from roll_core.strategies.lora import LoraSettings
+
+        return LoraSettings.from_worker_config(self.config.actor_train)
+
+    @property
+    def syncs_adapters(self) -> bool:
+        """Whether weight sync sends the LoRA adapter (the infer strategy serves adapters natively and
+        no module is trained in full) rather than merged weights."""
+        lora = self.lora
+        infer = self.strategies.get("actor_infer")
+        return bool(lora is not None and not lora.additional_target and infer is not None
+                    and infer.options.get("serves_lora"))
 
     @property
     def train_roles(self) -> list[str]:
@@ -135,6 +154,13 @@ class Run:
         from roll_core.config.resolve import dump_config
 
         header = f"# resolved by roll; plugins: {self.plugin_summary()}\n"
+        lora = self.lora
+        if lora is not None:
+            header += f"# actor_train trains {lora.describe()}; the base model stays frozen\n"
+            if self.reference_from_actor:
+                header += "# reference log-probs: actor_train with its adapters disabled (no reference workers)\n"
+            header += ("# weight sync: the adapter (served natively by actor_infer)\n" if self.syncs_adapters
+                       else "# weight sync: merged weights (base + adapter)\n")
         return header + dump_config(self.config)
 
     def save(self, path: str | Path) -> Path:

@@ -24,7 +24,9 @@ class ModelArgs(RollModel):
     model_name_or_path: str | None = Field(
         None, description="HF id or local path; defaults to `pretrain` (critic: `reward_pretrain`)."
     )
-    adapter_name_or_path: str | None = compat(None, "LoRA is not implemented yet: adapters are not loaded.")
+    adapter_name_or_path: str | None = Field(
+        None, description="A LoRA adapter (a peft directory, e.g. a roll LoRA checkpoint) to continue training; "
+        "turns LoRA on.")
     attn_implementation: Annotated[
         Literal["sdpa", "fa2", "flash_attention_2", "eager", "auto"] | None, NoneStr
     ] = Field(None, description="Attention kernel; `fa2` is flash-attention 2. None: the model's default.")
@@ -41,12 +43,18 @@ class ModelArgs(RollModel):
     )
     moe_aux_loss_coef: float | None = compat(None, "roll's built-in backends train dense models.")
     ulysses_size: int = compat(1, "Ulysses sequence parallelism is not implemented; sequences stay on one rank.")
-    lora_target: str | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
-    lora_rank: int = compat(8, "LoRA is not implemented yet: the whole model is fine-tuned.")
-    lora_alpha: int | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
-    lora_dropout: float = compat(0.0, "LoRA is not implemented yet: the whole model is fine-tuned.")
-    additional_target: str | None = compat(None, "LoRA is not implemented yet: the whole model is fine-tuned.")
-    autocast_adapter_dtype: bool = compat(True, "LoRA is not implemented yet: the whole model is fine-tuned.")
+    lora_target: str | None = Field(
+        None, description="LoRA on these modules: comma-separated names (q_proj,v_proj), a regular expression, or "
+        "all / all-linear (every linear layer but the LM head). Unset: the whole model is fine-tuned.")
+    lora_rank: int = Field(8, ge=1, description="LoRA rank r.")
+    lora_alpha: int | None = Field(None, ge=1, description="LoRA scale alpha (the update is alpha/r * B A); "
+                                   "default 2 * lora_rank, as in ROLL.")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input (training only).")
+    additional_target: str | None = Field(
+        None, description="Comma-separated modules trained in full besides the adapters and saved with them "
+        "(peft's modules_to_save), e.g. lm_head.")
+    autocast_adapter_dtype: bool = Field(
+        True, description="Keep the adapter weights in fp32 when the model is bf16/fp16 (peft's option).")
     device_map: str | None = compat("balanced")
     vision_dp: bool = compat(False)
     flash_attn: str | None = compat(None, "ROLL ignores it too (several ROLL examples carry it); use "

@@ -83,6 +83,10 @@ class TrainGroup:
     def compute_log_probs(self, data: dict[str, Any]) -> Any:
         return self._map_rows("compute_log_probs", data)
 
+    def compute_ref_log_probs(self, data: dict[str, Any]) -> Any:
+        """Reference log-probs from the actor's own ranks (LoRA: the base with adapters disabled)."""
+        return self._map_rows("compute_ref_log_probs", data)
+
     def compute_values(self, data: dict[str, Any]) -> Any:
         return self._map_rows("compute_values", data)
 
@@ -136,10 +140,17 @@ class TrainGroup:
         return metrics
 
     # -- weights, checkpoints, memory -----------------------------------------------------------
-    def export_weights_ref(self) -> list[Any]:
-        """``[ObjectRef]`` of the HF-named weights, put by rank 0 (every rank takes part: ZeRO-3 gathers)."""
-        refs = self._call("export_weights_ref")
+    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False) -> list[Any]:
+        """``[ObjectRef]`` of the HF-named weights (or the LoRA adapter), put by rank 0 (every rank
+        takes part: ZeRO-3 gathers)."""
+        refs = self._call("export_weights_ref", adapter=adapter, with_base=with_base)
         return refs[0]
+
+    @property
+    def parameter_counts(self) -> tuple[int, int] | None:
+        """``(trainable, total)`` parameters of one rank's model, when the backend reports them."""
+        counts = self.info[0].get("parameters")
+        return tuple(counts) if counts else None
 
     def save_checkpoint(self, path: str) -> None:
         self._call("save_checkpoint", path)

@@ -104,6 +104,7 @@ class TrainingLoop:
         self.last_batch: Any = None
         self._stop_requested = False
         self._saved_on_stop: str | None = None
+        self._base_synced = False  # the inference engines hold the train workers' base model
 
     # -- what a pipeline provides ------------------------------------------------------------------
     def title(self) -> str:
@@ -175,6 +176,21 @@ class TrainingLoop:
     def start_train_workers(self) -> None:
         """actor_train, and the critic and reference when the run needs them: one group of ranks each."""
         self.workers.update({role: self.train_group(role, self.resolved) for role in self.resolved.train_roles})
+        self.tracker.print(self.parameters_line())
+
+    def parameters_line(self) -> str:
+        """``actor_train: 921.6K of 135.4M parameters trainable (0.68%; LoRA rank 8 ...)``."""
+        lora = self.resolved.lora
+        counts = self.workers["actor_train"].parameter_counts
+        what = lora.describe() if lora is not None else "full fine-tuning"
+        if counts is None:
+            return f"actor_train: {what}"
+        trainable, total = counts
+        line = (f"actor_train: {_count(trainable)} of {_count(total)} parameters trainable "
+                f"({100.0 * trainable / max(total, 1):.2f}%; {what})")
+        if self.resolved.reference_from_actor:
+            line += "; reference log-probs from actor_train with adapters disabled (no reference workers)"
+        return line
 
     def train_group(self, role: str, run: Any, *, num_training_steps: int | None = None) -> Any:
         """The ranks of ``role`` in their bundles, as one :class:`~roll_core.distributed.worker_group.TrainGroup`."""
@@ -344,7 +360,10 @@ class TrainingLoop:
         forward = {k: data[k] for k in ("input_ids", "attention_mask", "response_mask")}
         if self.use_reference:
             with timer("ref_logp"):
-                data["ref_log_probs"] = self.workers["reference"].compute_log_probs(forward)
+                if self.resolved.reference_from_actor:  # LoRA: the base model, adapters disabled
+                    data["ref_log_probs"] = actor.compute_ref_log_probs(forward)
+                else:
+                    data["ref_log_probs"] = self.workers["reference"].compute_log_probs(forward)
         if self.recompute_old_log_probs(len(data["input_ids"])):
             with timer("old_logp"):
                 data["old_log_probs"] = actor.compute_log_probs(forward)
@@ -405,7 +424,12 @@ class TrainingLoop:
         """actor_train -> inference workers; generation is paused meanwhile."""
         version = self.step if version is None else version
         with self.paused():
-            refs = self.workers["actor_train"].export_weights_ref()  # stays in the object store
+            # stays in the object store; an engine serving LoRA natively gets the adapter (and, the
+            # first time after a warm start changed the base, the base weights with it)
+            adapter = self.resolved.syncs_adapters
+            refs = self.workers["actor_train"].export_weights_ref(
+                adapter=adapter, with_base=adapter and bool(self.warmup_dir) and not self._base_synced)
+            self._base_synced = True
             if self.colocated:  # training hands the GPUs back to the inference engine
                 self.workers["actor_train"].offload()
                 self.generation.reload()
@@ -490,3 +514,11 @@ class TrainingLoop:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+
+
+def _count(n: int) -> str:
+    """``135.4M``, ``921.6K``, ``512``."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

@@ -135,8 +135,10 @@ class TrainWorker:
 
         if self.init_error is not None:
             raise self.init_error
+        counts = self.strategy.parameter_counts() if hasattr(self.strategy, "parameter_counts") else None
         return {"role": self.role, "rank": rank(), "pid": os.getpid(), "mini_batch_size": self.mini_batch_size(),
-                "dp_rank": self.dp_rank, "dp_size": self.dp_size, "collects": self.strategy.collects_outputs()}
+                "dp_rank": self.dp_rank, "dp_size": self.dp_size, "collects": self.strategy.collects_outputs(),
+                "parameters": counts}
 
     def mini_batch_size(self) -> int:
         return int(self.strategy.mini_batch_size)
@@ -145,6 +147,10 @@ class TrainWorker:
     def compute_log_probs(self, batch: dict[str, Any], rows: list[int] | None = None):
         log_probs, _ = self.strategy.compute_log_probs(_rows(batch, rows))
         return log_probs
+
+    def compute_ref_log_probs(self, batch: dict[str, Any], rows: list[int] | None = None):
+        """The reference policy's log-probs from this actor (LoRA: adapters disabled)."""
+        return self.strategy.compute_reference_log_probs(_rows(batch, rows))
 
     def compute_values(self, batch: dict[str, Any], rows: list[int] | None = None):
         return self.strategy.compute_values(_rows(batch, rows))
@@ -225,14 +231,17 @@ class TrainWorker:
     def export_weights(self) -> dict[str, Any]:
         return self.strategy.export_weights()
 
-    def export_weights_ref(self) -> list[Any] | None:
+    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False) -> list[Any] | None:
         """``[ObjectRef]`` of this rank's exported weights on rank 0 (None elsewhere): the inference
-        workers fetch them from the object store; the driver only passes the reference on."""
+        workers fetch them from the object store; the driver only passes the reference on.
+        ``adapter``: the LoRA adapter (with the base weights when ``with_base``) for an engine that
+        serves adapters natively, instead of merged weights."""
         import ray
 
         from roll_core.distributed.process_group import rank
 
-        weights = self.strategy.export_weights()  # every rank: collective under ZeRO-3
+        # every rank: collective under ZeRO-3
+        weights = self.strategy.export_adapter(with_base=with_base) if adapter else self.strategy.export_weights()
         return [ray.put(weights)] if rank() == 0 else None
 
     def save_checkpoint(self, path: str) -> None:
@@ -248,7 +257,7 @@ class TrainWorker:
         if rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         barrier()
-        self.strategy.save_checkpoint(tmp)
+        self.strategy.save_model(tmp)
         barrier()
         if rank() == 0:
             shutil.rmtree(path, ignore_errors=True)

@@ -33,8 +33,14 @@ class InferWorker:
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         self.strategy.abort(request_ids)
 
-    def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
-        self.strategy.load_weights(weights, version)
+    def load_weights(self, weights: Any, version: int) -> None:
+        """A HF-named state dict, or a LoRA adapter for a strategy that serves adapters natively."""
+        from roll_core.strategies.lora import LoraAdapter
+
+        if isinstance(weights, LoraAdapter):
+            self.strategy.load_adapter(weights, version)
+        else:
+            self.strategy.load_weights(weights, version)
 
     def policy_version(self) -> int:
         return int(self.strategy.policy_version)
@@ -66,6 +72,8 @@ class Generation:
             worker_options = [dict(options or {})] * max(1, num_workers)
         remote = ray.remote(InferWorker)
         strategy = run.strategy("actor_infer")
+        if getattr(run, "syncs_adapters", False):  # the engine gets adapters of this rank (hookspecs: serves_lora)
+            overrides.setdefault("max_lora_rank", run.lora.rank)
         # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
         self.workers = [remote.options(**{**o, "max_concurrency": 2}).remote(
             strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)

@@ -133,6 +133,11 @@ class InferStrategy(WorkerStrategy, abc.ABC):
     def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Replace the weights (a HF-named state dict) and set ``policy_version``."""
 
+    def load_adapter(self, adapter: Any, version: int) -> None:
+        """Serve a LoRA adapter (:class:`~roll_core.strategies.lora.LoraAdapter`) on the base model from
+        now on and set ``policy_version``; only strategies registered with ``serves_lora=True`` get one."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve LoRA adapters; it is sent merged weights.")
+
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         """Stop in-flight generation (all when ``None``); aborted outputs finish with "abort"."""
 
@@ -171,6 +176,27 @@ class TrainStrategy(WorkerStrategy, abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote, exactly."""
+
+    # -- optional: LoRA and reporting ---------------------------------------------------------
+    def compute_reference_log_probs(self, batch: Mapping[str, Any]) -> Any:
+        """Log-probs ``[B, L-1]`` of the reference policy computed by this actor itself: with LoRA, the
+        base model with the adapters disabled (the pipeline then builds no ``reference`` workers)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot compute reference log-probs itself (it trains no LoRA adapters); "
+            "the pipeline builds a reference worker for it.")
+
+    def export_adapter(self, *, with_base: bool = False) -> Any:
+        """The LoRA adapter as a :class:`~roll_core.strategies.lora.LoraAdapter` for infer strategies that
+        serve adapters natively (registration option ``serves_lora``); ``with_base`` adds the base weights."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter to export.")
+
+    def save_model(self, path: str) -> None:
+        """A model directory other workers can start from (the warm start's); LoRA: the merged model."""
+        self.save_checkpoint(path)
+
+    def parameter_counts(self) -> tuple[int, int] | None:
+        """``(trainable, total)`` parameters, for the run header; None when the backend cannot tell."""
+        return None
 
 
 class CriticStrategy(WorkerStrategy, abc.ABC):

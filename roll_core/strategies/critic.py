@@ -14,6 +14,8 @@ builds this class for the critic role.
   metrics)``, the loss pre-scaled to global normalisers as for the actor.
 * Checkpoint: the backbone as a ``save_pretrained`` directory (loads with ``AutoModel``), the
   head as ``value_head.safetensors``, and the same ``trainer_state.pt`` as the actor.
+* LoRA (``critic.model_args.lora_*``): adapters on the backbone (peft), the value head trained in
+  full; the checkpoint then holds the backbone's adapter in peft's format instead of the backbone.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ from roll_core.strategies.hf_common import (
     torch_dtype,
 )
 from roll_core.strategies.hf_train import OptimizedModel
+from roll_core.strategies.lora import (
+    LoraSettings,
+    apply_lora,
+    load_adapter_weights,
+    parameter_counts,
+    save_adapter,
+)
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
     mask_or_none,
@@ -92,10 +101,12 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         gradient_checkpointing_use_reentrant: bool | None = None,
         model_config_kwargs: Mapping[str, Any] | None = None,
         freeze_module_prefix: str | None = None,
+        lora: LoraSettings | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
         self.settings = resolve_settings(type(self).__name__, settings, training, self.DEFAULT_SETTINGS)
+        self.lora = lora
         set_num_threads(self.settings.num_threads)
         from transformers import AutoModel
 
@@ -112,6 +123,8 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
+        if lora is not None:  # adapters on the backbone; the value head (built below) trains in full
+            backbone = apply_lora(backbone, lora, task_type=None)
         self.model = ValueModel(backbone).to(self.device)
         self.frozen_parameters = freeze_prefixes(self.model.backbone, freeze_module_prefix)
         self._wrap_data_parallel()
@@ -121,6 +134,9 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFCriticStrategy:
         """Build from a ``critic`` worker config (the same ROLL fields as the actor's)."""
         return cls(pretrain, **train_worker_kwargs(cls, worker_config, seed, "critic", overrides))
+
+    def parameter_counts(self) -> tuple[int, int]:
+        return parameter_counts(self.model)
 
     def compute_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
         """Label-aligned values ``[B, L-1]`` (masked by ``response_mask[:, 1:]``), on CPU."""
@@ -147,7 +163,10 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
 
         os.makedirs(path, exist_ok=True)
         if rank() == 0:
-            self.model.backbone.save_pretrained(path)
+            if self.lora is not None:
+                save_adapter(self.model.backbone, path)
+            else:
+                self.model.backbone.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
             head = {k: v.detach().cpu().contiguous() for k, v in self.model.value_head.state_dict().items()}
             save_file(head, os.path.join(path, VALUE_HEAD_FILE))
@@ -159,7 +178,10 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         head_file = os.path.join(path, VALUE_HEAD_FILE)
         if not os.path.isfile(head_file):
             raise RollError(f"{path} is not a critic checkpoint: {VALUE_HEAD_FILE} is missing.")
-        load_state_dict_checked(self.model.backbone, read_safetensors_dir(path))
+        if self.lora is not None:
+            load_adapter_weights(self.model.backbone, path)
+        else:
+            load_state_dict_checked(self.model.backbone, read_safetensors_dir(path))
         with torch.no_grad():
             self.model.value_head.load_state_dict(load_file(head_file))
         self._load_trainer_state(path)

@@ -30,6 +30,15 @@ Decisions, and why:
   ``trainer_state.pt`` (optimizer, scheduler, step, and torch / CUDA / numpy / python RNG states,
   stored so that ``torch.load(weights_only=True)`` reads them: :mod:`roll_core.strategies.rng`);
   :meth:`load_checkpoint` restores all of it, so a resumed run continues bit-for-bit on CPU.
+* **LoRA** (``lora=``, from ``model_args.lora_*``; :mod:`roll_core.strategies.lora`): the model is
+  a peft ``PeftModel`` and only the adapters are trained; :meth:`compute_reference_log_probs` is
+  the base model (adapters disabled), so no reference copy is needed; :meth:`export_weights` sends
+  merged weights; checkpoints hold the adapter in peft's format (and the merged model under
+  ``merged/`` with ``save_merged``).
+* **The LM head runs on response positions only** in training and log-prob forwards
+  (``logits_to_keep`` from the first response token of the micro-batch on): prompt positions are
+  masked out of every per-token quantity anyway, and with a 49k vocabulary the head's logits are
+  a large share of a small model's step. The kept positions' logits are the same numbers.
 """
 
 from __future__ import annotations
@@ -53,9 +62,21 @@ from roll_core.strategies.hf_common import (
     set_num_threads,
     torch_dtype,
 )
+from roll_core.strategies.lora import (
+    LoraSettings,
+    adapter_payload,
+    adapters_disabled,
+    apply_lora,
+    load_adapter_weights,
+    merged_state_dict,
+    parameter_counts,
+    save_adapter,
+    save_merged,
+)
 from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
+    logits_to_keep,
     mask_or_none,
     micro_batches,
     positions,
@@ -238,6 +259,8 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         freeze_module_prefix: comma-separated parameter-name prefixes left out of training.
         logits_temperature: logits are divided by it before log-softmax (match the sampler's T).
         trainable: False builds a reference model: eval mode, frozen, no optimizer.
+        lora: train LoRA adapters instead of the whole model (see the module docstring).
+        save_merged: with LoRA, checkpoints also hold the merged model under ``merged/``.
         settings: the optimiser, schedule, micro-batch sizes and threads (see
             :class:`~roll_core.strategies.settings.OptimizerSettings`).
         **training: :class:`OptimizerSettings` fields by name (``learning_rate=1e-3``), applied over
@@ -259,11 +282,17 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         freeze_module_prefix: str | None = None,
         logits_temperature: float = 1.0,
         trainable: bool = True,
+        lora: LoraSettings | None = None,
+        save_merged: bool = False,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
         self.settings = resolve_settings(type(self).__name__, settings, training)
         set_num_threads(self.settings.num_threads)
+        if lora is not None and freeze_module_prefix:
+            raise ConfigError("model_args.freeze_module_prefix with LoRA: the base model is frozen already and only "
+                              "the adapters train; unset freeze_module_prefix (additional_target trains modules "
+                              "in full).")
         if logits_temperature <= 0:
             raise ConfigError(f"logits_temperature must be > 0, got {logits_temperature}.")
         torch.manual_seed(seed)
@@ -276,10 +305,16 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         self.trainable = trainable
         self.logits_temperature = float(logits_temperature)
         self.model.config.use_cache = False
+        self.lora = lora
+        self.save_merged = bool(save_merged)
+        if trainable and gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
+            if lora is not None and gradient_checkpointing_use_reentrant:
+                self.model.enable_input_require_grads()  # reentrant checkpoints need a grad-carrying input
+        if lora is not None:
+            self.model = apply_lora(self.model, lora)
         if trainable:
-            if gradient_checkpointing:
-                self.model.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": bool(gradient_checkpointing_use_reentrant)})
             self.frozen_parameters = freeze_prefixes(self.model, freeze_module_prefix)
             self._wrap_data_parallel()
             self._setup_optimizer()
@@ -320,6 +355,14 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
             self.model.train(was_training)
         return log_probs, entropy
 
+    def compute_reference_log_probs(self, batch: Mapping[str, Any]):
+        """The reference policy's log-probs: the base model, LoRA adapters disabled (LoRA only)."""
+        with adapters_disabled(self.model):
+            return self.compute_log_probs(batch)[0]
+
+    def parameter_counts(self) -> tuple[int, int]:
+        return parameter_counts(self.model)
+
     def train_step(self, batch: Mapping[str, Any], loss_fn: LossFn, *,
                    with_entropy: bool | None = None) -> dict[str, float]:
         """One optimiser step over ``batch``; returns loss, grad_norm, lr, skipped and ``loss_fn``'s metrics.
@@ -336,26 +379,56 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         return self._optimizer_step(batch, run)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
-        """HF-named CPU copies of every weight (tied names included), safe to hand to another process."""
+        """HF-named CPU copies of every weight (tied names included), safe to hand to another process;
+        with LoRA, the merged weights (the trained model itself is left as it is)."""
+        if self.lora is not None:
+            return merged_state_dict(self.model)
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
+    def export_adapter(self, *, with_base: bool = False):
+        """The LoRA adapter as a weight-sync payload for engines serving adapters natively (vLLM)."""
+        if self.lora is None:
+            raise RollError("export_adapter: this hf_train model has no LoRA adapter (model_args.lora_target unset).")
+        return adapter_payload(self.model, with_base=with_base)
+
     def save_checkpoint(self, path: str) -> None:
-        """Collective with several ranks: rank 0 writes the model, every rank its trainer state."""
+        """Collective with several ranks: rank 0 writes the model (with LoRA: the adapter, peft's
+        format, and the merged model under ``merged/`` when ``save_merged``), every rank its trainer state."""
         from roll_core.distributed.process_group import rank
 
         os.makedirs(path, exist_ok=True)
         if rank() == 0:
-            self.model.save_pretrained(path)
+            if self.lora is not None:
+                save_adapter(self.model, path)
+                if self.save_merged:
+                    save_merged(self.model, self.tokenizer, os.path.join(path, "merged"))
+            else:
+                self.model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
         self._save_trainer_state(path)
 
+    def save_model(self, path: str) -> None:
+        """A standalone model directory other workers can start from (LoRA: the merged model)."""
+        from roll_core.distributed.process_group import barrier, rank
+
+        if self.lora is None:
+            self.save_checkpoint(path)
+            return
+        if rank() == 0:
+            save_merged(self.model, self.tokenizer, path)
+        barrier()
+
     def load_checkpoint(self, path: str) -> None:
-        load_state_dict_checked(self.model, read_safetensors_dir(path))
+        if self.lora is not None:
+            load_adapter_weights(self.model, path)
+        else:
+            load_state_dict_checked(self.model, read_safetensors_dir(path))
         self._load_trainer_state(path)
 
     # -- internals --------------------------------------------------------------------------
     def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
+        keep = logits_to_keep(mb["response_mask"])
         logits = self._train_module()(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
-                                      position_ids=positions(mb["attention_mask"])).logits
+                                      position_ids=positions(mb["attention_mask"]), logits_to_keep=keep).logits
         return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
                                with_entropy)

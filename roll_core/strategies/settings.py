@@ -195,7 +195,8 @@ def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
     """Constructor kwargs of a train strategy from a worker config: ``settings`` plus the model fields.
 
     Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}`` and, when set,
-    :data:`OPTIONAL_MODEL_ARGS` (a :class:`ConfigError` where ``cls`` does not take one); every other
+    :data:`OPTIONAL_MODEL_ARGS` (a :class:`ConfigError` where ``cls`` does not take one) and the LoRA
+    fields (as ``lora=``:class:`~roll_core.strategies.lora.LoraSettings`, likewise); every other
     ``strategy_args.strategy_config`` key must be a field or a keyword of ``cls`` (a
     :class:`ConfigError` otherwise). ``overrides`` (fields or keywords, e.g. ``num_training_steps``
     or ``trainable``) win over the config.
@@ -223,6 +224,15 @@ def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
             raise ConfigError(f"{where}.model_args.{field} is not supported by {getattr(cls, '__name__', cls)}; "
                               "unset it or choose a backend that supports it (hf_train does).")
         kwargs[field] = value
+    from roll_core.strategies.lora import LoraSettings
+
+    lora = LoraSettings.from_worker_config(worker_config)
+    if lora is not None:  # passed only when on: a backend without LoRA says so rather than training in full
+        if "lora" not in accepted:
+            raise ConfigError(f"{where}.model_args.lora_target: {getattr(cls, '__name__', cls)} does not train LoRA "
+                              "adapters; unset the lora_* fields or choose a backend that does (hf_train, "
+                              "deepspeed_train).")
+        kwargs["lora"] = lora
     kwargs.update({k: v for k, v in strategy_config.items() if k not in FIELDS})
     kwargs.update({k: v for k, v in overrides.items() if k not in FIELDS})
     kwargs["settings"] = resolve_settings(

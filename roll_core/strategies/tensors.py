@@ -69,19 +69,40 @@ def mask_or_none(mask: torch.Tensor) -> torch.Tensor | None:
     return None if bool(mask.bool().all()) else mask
 
 
+def logits_to_keep(response_mask: torch.Tensor) -> int:
+    """How many trailing positions need logits: from the one before the micro-batch's first
+    response token to the end (transformers' ``logits_to_keep``). Earlier positions only predict
+    prompt tokens, which every per-token quantity masks out."""
+    length = response_mask.shape[1]
+    rows = response_mask.bool().any(dim=0).nonzero()
+    first = int(rows[0]) if len(rows) else length - 1
+    return max(2, length - max(first - 1, 0))
+
+
 def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor,
                     temperature: float = 1.0, with_entropy: bool = False):
-    """Label-aligned log-probs (and entropy) of ``input_ids[:, 1:]``, masked by ``response_mask[:, 1:]``."""
+    """Label-aligned ``[B, L-1]`` log-probs (and entropy) of ``input_ids[:, 1:]``, masked by
+    ``response_mask[:, 1:]``.
+
+    ``logits`` may cover only the last ``K <= L`` positions (a forward with ``logits_to_keep=K``,
+    see :func:`logits_to_keep`); the positions before them get 0, as masked positions do.
+    """
+    length = input_ids.shape[1]
+    offset = length - logits.shape[1]  # first position the logits cover
     z = logits[:, :-1].float()
     if temperature != 1.0:
         z = z / temperature
-    labels = input_ids[:, 1:].unsqueeze(-1)
+    labels = input_ids[:, offset + 1:].unsqueeze(-1)
     lse = torch.logsumexp(z, dim=-1)
-    mask = response_mask[:, 1:].to(z.dtype)
+    mask = response_mask[:, offset + 1:].to(z.dtype)
     log_probs = (z.gather(-1, labels).squeeze(-1) - lse) * mask
     entropy = None
     if with_entropy:
         entropy = (lse - (torch.softmax(z, dim=-1) * z).sum(-1)) * mask
+    if offset:
+        pad = (offset, 0)
+        log_probs = torch.nn.functional.pad(log_probs, pad)
+        entropy = torch.nn.functional.pad(entropy, pad) if entropy is not None else None
     return log_probs, entropy
 
 

@@ -27,6 +27,10 @@ Decisions, and why:
 * **Checkpoints**: a ``save_pretrained`` directory (rank 0) plus DeepSpeed's own checkpoint in
   ``deepspeed/`` (module, optimizer and scheduler state, per-rank partitions) and per-rank RNG
   states; :meth:`load_checkpoint` restores all of it on a freshly built strategy.
+* **LoRA** (``lora=``, from ``model_args.lora_*``) as in ``hf_train``: peft wraps the model before
+  DeepSpeed does, so only the adapters reach DeepSpeed's optimizer; reference log-probs come from
+  the base with adapters disabled; exported weights are merged (gathered first under ZeRO-3); the
+  checkpoint's model directory is the adapter in peft's format.
 """
 
 from __future__ import annotations
@@ -54,6 +58,16 @@ from roll_core.strategies.hf_common import (  # noqa: E402
     set_num_threads,
     torch_dtype,
 )
+from roll_core.strategies.lora import (  # noqa: E402
+    LoraSettings,
+    adapter_payload,
+    adapters_disabled,
+    apply_lora,
+    merged_state_dict,
+    parameter_counts,
+    save_adapter,
+    save_merged,
+)
 from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state  # noqa: E402
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
 from roll_core.strategies.tensors import (  # noqa: E402
@@ -77,7 +91,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
 
     Args:
         pretrain, seed, dtype, attn_implementation, cache_dir, gradient_checkpointing,
-        logits_temperature, trainable, settings, **training: as for ``hf_train``.
+        logits_temperature, trainable, lora, settings, **training: as for ``hf_train``.
         zero_stage, offload_optimizer, offload_param: roll's shortcuts (``0..3``, ``"cpu"``).
         zero_optimization, bf16, fp16, gradient_clipping, train_batch_size,
         train_micro_batch_size_per_gpu, steps_per_print, wall_clock_breakdown: DeepSpeed's own
@@ -110,6 +124,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         wall_clock_breakdown: bool | None = None,
         deepspeed_config: Mapping[str, Any] | None = None,
         dist_backend: str | None = None,
+        lora: LoraSettings | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
@@ -147,6 +162,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         model = self._load_model(resolve_attn_implementation(attn_implementation, device))
         if trainable and gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.lora = lora
+        if lora is not None:
+            model = apply_lora(model, lora)
         if not trainable:
             model.requires_grad_(False)
         self.engine = self._initialize(model)
@@ -236,11 +254,39 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                 "skipped": float(self.engine.skipped_steps),
                 **{k: v / max(rows_seen, 1) for k, v in metric_sums.items()}}
 
+    def compute_reference_log_probs(self, batch: Mapping[str, Any]):
+        """The reference policy's log-probs: the base model, LoRA adapters disabled (LoRA only)."""
+        with adapters_disabled(self.engine.module):
+            return self.compute_log_probs(batch)[0]
+
+    def parameter_counts(self) -> tuple[int, int]:
+        return parameter_counts(self.engine.module)
+
+    def export_adapter(self, *, with_base: bool = False):
+        if self.lora is None:
+            raise RollError("export_adapter: this deepspeed_train model has no LoRA adapter.")
+        with self._gathered():
+            return adapter_payload(self.engine.module, with_base=with_base)
+
+    def save_model(self, path: str) -> None:
+        """A standalone model directory (LoRA: the merged model); collective."""
+        if self.lora is None:
+            self.save_checkpoint(path)
+            return
+        weights = self.export_weights()
+        if self.rank == 0:
+            save_merged(self.engine.module, self.tokenizer, path, weights)
+        dist.barrier()
+
     def export_weights(self) -> dict[str, torch.Tensor]:
-        """HF-named CPU copies of every weight (tied names included); gathers ZeRO-3 shards.
+        """HF-named CPU copies of every weight (tied names included); gathers ZeRO-3 shards; with
+        LoRA, the merged weights.
 
         Collective under ZeRO-3: every rank calls it, every rank gets the full state dict.
         """
+        if self.lora is not None:
+            with self._gathered():
+                return merged_state_dict(self.engine.module)
         module = self.engine.module
         tensors = dict(module.named_parameters(remove_duplicate=False))
         tensors.update(module.named_buffers(remove_duplicate=False))
@@ -254,11 +300,15 @@ class DeepSpeedTrainStrategy(TrainStrategy):
 
     def save_checkpoint(self, path: str) -> None:
         """HF directory (rank 0) + DeepSpeed engine state + this rank's RNG state; collective."""
-        weights = self.export_weights()
-        if self.rank == 0:
-            os.makedirs(path, exist_ok=True)
-            self.engine.module.save_pretrained(path, state_dict=weights)
-            self.tokenizer.save_pretrained(path)
+        weights = self.export_weights() if self.lora is None else None
+        with self._gathered():  # collective under ZeRO-3
+            if self.rank == 0:
+                os.makedirs(path, exist_ok=True)
+                if self.lora is not None:
+                    save_adapter(self.engine.module, path)
+                else:
+                    self.engine.module.save_pretrained(path, state_dict=weights)
+                self.tokenizer.save_pretrained(path)
         self.engine.save_checkpoint(os.path.join(path, DS_DIR), tag=DS_TAG,
                                     client_state={"global_step": self.global_step})
         os.makedirs(path, exist_ok=True)
@@ -303,6 +353,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         engine, *_ = deepspeed.initialize(model=model, model_parameters=groups, config=self.ds_config,
                                           lr_scheduler=self.settings.lr_scheduler, dist_init_required=False)
         return engine
+
+    def _gathered(self):
+        """Every parameter whole on this rank for the duration (ZeRO-3; a no-op otherwise)."""
+        params = list(self.engine.module.parameters())
+        return deepspeed.zero.GatheredParameters(params, enabled=self.zero_stage == 3)
 
     def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
         logits = self.engine(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),

