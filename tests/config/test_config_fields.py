@@ -120,18 +120,18 @@ def test_a_compat_field_set_to_a_non_default_value_warns_once(roll_registry):
                 "val_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 2}, **extra}
         return resolve(validate_config(data), registry=roll_registry)
 
-    quiet = run(actor_train={"model_args": {"lora_rank": 8}, "training_args": {"seed": 42}}, rpc_timeout=3600)
+    quiet = run(actor_train={"model_args": {"ulysses_size": 1}, "training_args": {"seed": 42}}, rpc_timeout=3600)
     assert not [w for w in quiet.warnings if "ROLL compatibility" in w]  # defaults written out: silent
     with pytest.warns(UserWarning) as caught:
-        loud = run(actor_train={"model_args": {"lora_rank": 16, "lora_target": "all-linear"}})
+        loud = run(actor_train={"model_args": {"ulysses_size": 2, "moe_aux_loss_coef": 0.01}})
     lines = [w for w in loud.warnings if "ROLL compatibility" in w]
     assert lines == [
-        "actor_train.model_args.lora_target ('all-linear') is accepted for ROLL compatibility and has no effect "
-        "in roll: LoRA is not implemented yet: the whole model is fine-tuned.",
-        "actor_train.model_args.lora_rank (16) is accepted for ROLL compatibility and has no effect in roll: "
-        "LoRA is not implemented yet: the whole model is fine-tuned.",
+        "actor_train.model_args.moe_aux_loss_coef (0.01) is accepted for ROLL compatibility and has no effect "
+        "in roll: roll's built-in backends train dense models.",
+        "actor_train.model_args.ulysses_size (2) is accepted for ROLL compatibility and has no effect in roll: "
+        "Ulysses sequence parallelism is not implemented; sequences stay on one rank.",
     ]
-    assert sum("lora_rank" in str(w.message) for w in caught) == 1
+    assert sum("ulysses_size" in str(w.message) for w in caught) == 1
 
 
 def test_compat_warnings_reach_into_lists_and_maps():

@@ -228,3 +228,24 @@ def test_an_unreadable_dataset_type_is_refused_at_resolve(fixtures, roll_registr
                                                                 "actor_train.data_args.dataset_type=parquet"])
     with pytest.raises(ConfigError, match="dataset_type 'parquet' is not supported: roll reads JSON-lines files"):
         resolve(config, registry=roll_registry)
+
+
+def test_lora_takes_the_reference_from_the_actor(roll_registry):
+    """With LoRA the reference is the actor's base with adapters disabled: no reference worker (as ROLL)."""
+    full = resolve(agentic(init_kl_coef=0.1), registry=roll_registry)
+    assert "reference" in full.strategies and not full.reference_from_actor and full.lora is None
+    lora = resolve(agentic(init_kl_coef=0.1, actor_train={"model_args": {"lora_target": "all-linear",
+                                                                           "lora_rank": 4}}),
+                   registry=roll_registry)
+    assert "reference" not in lora.strategies and "reference" not in lora.train_roles
+    assert lora.reference_from_actor and lora.uses_reference
+    assert lora.config.actor_train.model_args.lora_alpha == 8  # ROLL's default 2 * rank, written out
+    assert not lora.syncs_adapters  # hf_infer takes merged weights
+    shown = lora.to_yaml().splitlines()
+    assert shown[1] == "# actor_train trains LoRA rank 4, alpha 8, dropout 0 on all-linear; the base model stays frozen"
+    assert shown[2] == "# reference log-probs: actor_train with its adapters disabled (no reference workers)"
+    assert shown[3] == "# weight sync: merged weights (base + adapter)"
+    # no KL term: nothing reference at all
+    plain = resolve(agentic(actor_train={"model_args": {"lora_target": "q_proj"}}), registry=roll_registry)
+    assert not plain.uses_reference and not plain.reference_from_actor
+    assert pickle.loads(pickle.dumps(lora)).reference_from_actor

@@ -115,3 +115,38 @@ def test_an_uneven_batch_is_adjusted_or_refused(ray_session, tmp_path):
         from roll_core.distributed.dispatch import split_rows
 
         split_rows(range(7), [1] * 7, 2)
+
+
+def test_lora_on_two_ranks_takes_the_one_rank_step_and_gives_reference_log_probs(ray_session, tmp_path):
+    """LoRA under DDP: 2 ranks train the adapters like 1 rank; the reference log-probs the ranks compute
+    with adapters disabled are the untrained model's."""
+    import ray
+    import torch
+
+    lora = {"actor_train.model_args.lora_target": "all-linear", "actor_train.model_args.lora_rank": "4",
+            "init_kl_coef": "0.1"}
+    results = []
+    for world in (1, 2):
+        run = make_run(tmp_path / str(world), world, per_device=4 // world, **lora)
+        assert run.reference_from_actor and "reference" not in run.train_roles
+        group, placement = group_of(run, world)
+        try:
+            batch = make_batch()
+            before = group.compute_log_probs(batch)
+            metrics = group.train_actor(batch, epochs=1, shuffle_seed=5)
+            results.append({"before": before, "after": group.compute_log_probs(batch),
+                            "ref": group.compute_ref_log_probs(batch), "metrics": metrics,
+                            "weights": ray.get(group.export_weights_ref()[0]),
+                            "counts": group.parameter_counts})
+        finally:
+            group.shutdown()
+            placement.remove()
+    single, double = results
+    assert single["counts"] == double["counts"] and single["counts"][0] < single["counts"][1] / 5
+    assert not torch.allclose(single["after"], single["before"])
+    torch.testing.assert_close(double["after"], single["after"], atol=2e-5, rtol=1e-4)
+    for result in results:
+        torch.testing.assert_close(result["ref"], single["before"], atol=1e-6, rtol=0)
+    for name, tensor in single["weights"].items():  # merged weights, HF names
+        torch.testing.assert_close(double["weights"][name], tensor, atol=1e-6, rtol=1e-5)
+    assert double["metrics"]["actor/loss"] == pytest.approx(single["metrics"]["actor/loss"], rel=1e-4)

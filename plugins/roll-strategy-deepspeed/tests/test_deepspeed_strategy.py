@@ -207,3 +207,38 @@ def test_stale_jit_locks_are_found_by_age(tmp_path):
     (tmp_path / "built_op").mkdir()  # no lock: nothing building
     assert stale_jit_locks(str(tmp_path), max_age=600, now=now) == [str(tmp_path / "cpu_adam" / "lock")]
     assert stale_jit_locks(str(tmp_path), max_age=7200, now=now) == []
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lora_step_matches_hf_train_and_checkpoints_the_adapter(ds_tiny_dir, tmp_path, stage):
+    """LoRA on DeepSpeed (CPU): the same adapter step as hf_train, only adapters change, the reference is
+    the base with adapters disabled, merged weights export, the adapter saves in peft's format and resumes."""
+    from roll_core.strategies.hf_train import HFTrainStrategy
+    from roll_core.strategies.lora import LoraSettings
+
+    lora = LoraSettings(target="all-linear", rank=4)
+    batch = make_batch()
+    loss_fn = make_loss_fn(batch)
+    hf = HFTrainStrategy(ds_tiny_dir, lora=lora, **STRATEGY_ARGS)
+    ds = deepspeed_strategy(ds_tiny_dir, zero_stage=stage, lora=lora)
+    trainable, total = ds.parameter_counts()
+    assert (trainable, total) == hf.parameter_counts() and trainable < total / 5
+    base = ds.export_weights()
+    for _ in range(2):  # the second step moves lora_A too
+        expected, got = hf.train_step(batch, loss_fn), ds.train_step(batch, loss_fn)
+        assert got["loss"] == pytest.approx(expected["loss"], abs=1e-6)
+    torch.testing.assert_close(ds.compute_log_probs(batch)[0], hf.compute_log_probs(batch)[0], atol=LOGPROB_ATOL,
+                               rtol=0)
+    torch.testing.assert_close(ds.compute_reference_log_probs(batch), hf.compute_reference_log_probs(batch),
+                               atol=LOGPROB_ATOL, rtol=0)
+    merged = ds.export_weights()
+    assert merged.keys() == base.keys() and max_diff(merged, hf.export_weights()) <= WEIGHT_ATOL
+    assert max_diff(merged, base) > 1e-4  # the adapters moved the merged weights
+
+    ds.save_checkpoint(str(tmp_path / "ckpt"))
+    assert (tmp_path / "ckpt" / "adapter_model.safetensors").is_file()
+    again = deepspeed_strategy(ds_tiny_dir, zero_stage=stage, lora=lora)
+    again.load_checkpoint(str(tmp_path / "ckpt"))
+    a, b = ds.train_step(batch, loss_fn), again.train_step(batch, loss_fn)
+    assert a["loss"] == b["loss"]
+    assert max_diff(ds.export_weights(), again.export_weights()) == 0.0
