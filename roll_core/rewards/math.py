@@ -10,15 +10,23 @@ ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL
 
 
 def math_verify_reward(prompt: str, response: str, reference: str, *, answer_pattern: str | None = None,
-                       correct: float = 1.0, incorrect: float = 0.0, **_: object) -> float:
+                       pattern: str | None = None, correct: float = 1.0, incorrect: float = 0.0,
+                       **_: object) -> float:
     """``correct`` when the response's final answer equals ``reference`` mathematically.
 
     The answer is taken from the last ``answer_pattern`` match (``<answer>...</answer>`` by
     default; ``\\boxed{}`` and plain numbers are recognised too when no pattern matches).
-    Malformed output scores ``incorrect``; it never raises.
+    ``pattern`` (the domain's ``format_pattern``) is the same setting from a config. Malformed
+    output scores ``incorrect``; it never raises.
+
+    Why a pattern matters: without a match the whole response is parsed, and math-verify
+    *evaluates* expressions, so a response that only restates ``32 + 43`` equals ``75``. An
+    arithmetic task should pin the answer down, e.g. ``format_pattern: '(-?\\d+)\\D*$'`` (the last
+    number written).
     """
     from math_verify import parse, verify
 
+    answer_pattern = answer_pattern or pattern
     pattern = re.compile(answer_pattern, re.IGNORECASE | re.DOTALL) if answer_pattern else ANSWER_PATTERN
     matches = pattern.findall(response or "")
     candidate = matches[-1] if matches else (response or "")

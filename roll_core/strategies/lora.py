@@ -133,6 +133,13 @@ def apply_lora(model: Any, settings: LoraSettings, *, task_type: str | None = "C
                               "directory written by peft's save_pretrained (a roll LoRA checkpoint is one).")
         return PeftModel.from_pretrained(model, path, is_trainable=True,
                                          autocast_adapter_dtype=settings.autocast_adapter_dtype)
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    full = {name.rsplit(".", 1)[-1] for name in settings.modules_to_save() or ()}
+    if tied and full & {"lm_head", "embed_tokens"}:
+        raise ConfigError(f"model_args.additional_target {settings.additional_target!r}: this model ties lm_head to "
+                          "embed_tokens, and training one of them in full unties them, which an inference engine "
+                          "loading this model cannot serve; leave them out of additional_target (the LoRA "
+                          "adapters and other modules, e.g. norm, still train).")
     try:
         return get_peft_model(model, settings.peft_config(task_type),
                               autocast_adapter_dtype=settings.autocast_adapter_dtype)
@@ -297,12 +304,22 @@ def load_adapter_weights(model: Any, path: str) -> None:
 
 def save_merged(model: Any, tokenizer: Any, path: str, weights: Mapping[str, Any] | None = None) -> str:
     """The merged model as a plain transformers directory (``AutoModelForCausalLM.from_pretrained``)."""
+    import copy
+
+    import torch
     from safetensors.torch import save_file
 
     weights = dict(weights if weights is not None else merged_state_dict(model))
     base = model.get_base_model()
     os.makedirs(path, exist_ok=True)
-    tied = bool(getattr(base.config, "tie_word_embeddings", False))
+    config = base.config
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    head, embedding = weights.get("lm_head.weight"), weights.get("model.embed_tokens.weight")
+    if tied and head is not None and embedding is not None and not torch.equal(head, embedding):
+        # the head was trained apart (additional_target: lm_head): it is not the embedding any more
+        config = copy.deepcopy(config)
+        config.tie_word_embeddings = False
+        tied = False
     seen: set[int] = set()
     tensors = {}
     for name, tensor in weights.items():
@@ -314,7 +331,7 @@ def save_merged(model: Any, tokenizer: Any, path: str, weights: Mapping[str, Any
         seen.add(tensor.data_ptr())
         tensors[name] = tensor
     save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-    base.config.save_pretrained(path)
+    config.save_pretrained(path)
     generation = getattr(base, "generation_config", None)
     if generation is not None:
         generation.save_pretrained(path)

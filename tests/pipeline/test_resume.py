@@ -56,11 +56,13 @@ def test_resume_reproduces_next_step_and_checkpoint_loads(ray_session, tmp_path)
 
 
 def test_lora_run_with_kl_resumes_exactly_and_saves_the_adapter(ray_session, tmp_path):
-    """LoRA end to end: the warm start trains an adapter and hands on the merged model, RL trains a
-    fresh adapter on it with a KL loss whose reference is the same model with adapters disabled (no
-    reference worker), and a run resumed from checkpoint-2 takes step 3 exactly like the full run."""
+    """LoRA end to end: a KL loss whose reference is actor_train with its adapters disabled (no
+    reference worker), adapter checkpoints, and a run resumed from checkpoint-2 takes step 3 exactly
+    like the full run. No warm start: with the random tiny model's fixed logit scale an adapter does
+    not learn the move format in a few steps; an entropy bonus moves the adapters from step 1 on."""
     lora = {"actor_train.model_args.lora_target": "all-linear", "actor_train.model_args.lora_rank": "8",
-            "actor_train.training_args.learning_rate": "1e-3", "use_kl_loss": "true", "kl_loss_coef": "0.1"}
+            "actor_train.training_args.learning_rate": "1e-2", "use_kl_loss": "true", "kl_loss_coef": "0.1",
+            "entropy_loss_coef": "0.05", "warmup_sft.steps": "0"}
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     code, out = run(CONFIG, tiny_frozen_lake(full, max_steps="3", save_steps="2", **lora))
     assert code == 0
@@ -68,6 +70,7 @@ def test_lora_run_with_kl_resumes_exactly_and_saves_the_adapter(ray_session, tmp
     assert "reference log-probs from actor_train with adapters disabled (no reference workers)" in out
     checkpoint = full / "ckpt" / "checkpoint-3"
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "adapter_config.json").is_file()
+    assert not list(checkpoint.glob("model*.safetensors"))  # the adapter, not a copy of the base model
 
     code, out = run(CONFIG, tiny_frozen_lake(resumed, max_steps="3", save_steps="2", **lora,
                                              resume_from_checkpoint=str(full / "ckpt" / "checkpoint-2")))
@@ -77,14 +80,12 @@ def test_lora_run_with_kl_resumes_exactly_and_saves_the_adapter(ray_session, tmp
     mismatched = {k: (expected[k], got[k]) for k in expected
                   if not math.isclose(expected[k], got.get(k, math.nan), rel_tol=0, abs_tol=1e-6)}
     assert not mismatched, f"step 3 differs after resume: {mismatched}"
-    assert expected["actor/grad_norm"] > 0 and "actor/kl_loss" in expected
+    # the adapters trained, and by step 3 the policy has left the reference: the KL term is live
+    assert expected["actor/grad_norm"] > 0 and expected["actor/kl_loss"] > 0
 
-    # the adapter loads with peft onto the warm-started (merged) base the run trained on
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from safetensors.torch import load_file
 
-    from roll_core.pipeline.warmup import WARMUP_DIR
-
-    base = AutoModelForCausalLM.from_pretrained(full / "ckpt" / WARMUP_DIR)  # plain transformers: merged
-    model = PeftModel.from_pretrained(base, checkpoint)
-    assert sum(p.numel() for n, p in model.named_parameters() if "lora_" in n) > 0
+    first, last = (load_file(full / "ckpt" / f"checkpoint-{s}" / "adapter_model.safetensors") for s in (2, 3))
+    resumed_last = load_file(resumed / "ckpt" / "checkpoint-3" / "adapter_model.safetensors")
+    assert any(not (first[k] == last[k]).all() for k in last)  # step 3 moved the adapter ...
+    assert all((resumed_last[k] == last[k]).all() for k in last)  # ... to the same weights after resume

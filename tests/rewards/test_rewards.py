@@ -43,3 +43,14 @@ def test_rewards_are_registered_by_name_and_tag():
     assert registry.get("reward", "math_rule").name == "math_verify"
     assert registry.load("reward", "math_verify") is math_verify_reward
     assert registry.load("reward", "format") is regex_reward
+
+
+def test_math_verify_answer_pattern_stops_an_evaluated_restatement():
+    """math-verify evaluates expressions: restating the question scores as its answer unless the
+    answer is pinned down by a pattern (a domain's format_pattern reaches the reward as ``pattern``)."""
+    last_number = r"(-?\d+)\D*$"
+    assert math_verify_reward("What is 32 plus 43?", "32 + 43", "75") == 1.0  # the hole
+    assert math_verify_reward("q", "32 + 43", "75", pattern=last_number) == 0.0
+    assert math_verify_reward("q", "32 + 43 = 75", "75", pattern=last_number) == 1.0
+    assert math_verify_reward("q", "The answer is 75.", "75", pattern=last_number) == 1.0
+    assert math_verify_reward("q", "32 + 43 = 74", "75", pattern=last_number) == 0.0
