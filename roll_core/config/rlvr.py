@@ -43,7 +43,9 @@ class RewardConfig(WorkerConfig):
     response_length_penalty_coef: float = 0.0
     query_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
     response_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
-    format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern`.")
+    format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern` "
+                                       "(regex: what the response must match; math_verify: where the final answer "
+                                       "is, the last match).")
     judge_prompt: str | None = compat(None, _JUDGE)
     judge_model_type: str | None = compat(None, _JUDGE)
     judge_model_name: str | None = compat(None, _JUDGE)

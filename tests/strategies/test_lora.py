@@ -196,15 +196,18 @@ def test_worker_config_lora_fields_reach_the_strategy(peaked_dir):
 
     with pytest.raises(ConfigError, match="does not train LoRA adapters"):
         train_worker_kwargs(NoLora, worker(lora_target="all-linear"), 0, "actor_train", {})
-    # additional_target trains the head in full and still exports plain HF names
+    # additional_target trains a module in full and still exports plain HF names
     strategy = HFTrainStrategy.from_worker_config(
-        worker(lora_target="q_proj", lora_rank=2, additional_target="lm_head"), peaked_dir, 0)
+        worker(lora_target="q_proj", lora_rank=2, additional_target="norm"), peaked_dir, 0)
     names = {n for n, p in strategy.model.named_parameters() if p.requires_grad}
     assert any("modules_to_save" in n for n in names) and any("lora_A" in n for n in names)
     strategy.train_step(batch(), pg_loss)
     weights = strategy.export_weights()
-    head = dict(strategy.model.named_parameters())["base_model.model.lm_head.modules_to_save.default.weight"]
-    assert torch.equal(weights["lm_head.weight"], head.detach())
+    norm = dict(strategy.model.named_parameters())["base_model.model.model.norm.modules_to_save.default.weight"]
+    assert torch.equal(weights["model.norm.weight"], norm.detach()) and not torch.all(norm == 1.0)
+    # the tiny model ties its head to the embeddings: training either in full would untie them
+    with pytest.raises(ConfigError, match="ties lm_head to embed_tokens"):
+        HFTrainStrategy(peaked_dir, lora=LoraSettings(target="q_proj", additional_target="lm_head"))
 
 
 def test_logits_on_response_positions_only_give_the_same_log_probs(peaked_dir):
