@@ -249,3 +249,24 @@ def test_lora_takes_the_reference_from_the_actor(roll_registry):
     plain = resolve(agentic(actor_train={"model_args": {"lora_target": "q_proj"}}), registry=roll_registry)
     assert not plain.uses_reference and not plain.reference_from_actor
     assert pickle.loads(pickle.dumps(lora)).reference_from_actor
+
+
+def test_smollm2_lora_example_resolves_and_holds_out_its_validation_pairs():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = resolve(load_config(root / "examples/rlvr/smollm2_lora.yaml"))  # the installed plugins
+    assert run.lora is not None and run.lora.target_modules() == "all-linear" and run.lora.scale_alpha == 32
+    assert not run.uses_reference  # no KL term in the example
+    assert run.config.rewards["addition"].format_pattern  # the answer is pinned down (see math_verify)
+
+    def pairs(name):
+        rows = [json.loads(line) for line in open(root / "examples/rlvr/data" / name)]
+        return rows, {frozenset(r["prompt"].split("?")[0].split(" ")[2::2]) for r in rows}
+
+    train_rows, train_pairs = pairs("addition_train.jsonl")
+    val_rows, val_pairs = pairs("addition_val.jsonl")
+    assert {r["tag"] for r in train_rows} == {"addition"}
+    assert sorted(r["tag"] for r in val_rows) == ["addition"] * 32 + ["answer_format"] * 32
+    assert len(val_pairs) == 32 and not val_pairs & train_pairs  # held out, in either order
