@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+from roll_core.distributed.placement import on_driver_node
 from roll_core.errors import ConfigError, RollError
 from roll_core.rollout.batch import RolloutBatch, build_batch
 from roll_core.rollout.chat import ChatCodec, load_tokenizer
@@ -82,7 +83,8 @@ class RolloutScheduler:
         self._tokenizer_ref = ray.put(self.codec.tokenizer)
         self.queue_name = f"roll-rollout-{spec.mode}-{uuid.uuid4().hex[:12]}"
         self.queue = ray.remote(GroupQueue).options(
-            name=self.queue_name, num_cpus=0, max_concurrency=spec.num_env_groups + 64
+            name=self.queue_name, num_cpus=0, max_concurrency=spec.num_env_groups + 64,
+            scheduling_strategy=on_driver_node(),  # the rollout's state: it must outlive any lost node
         ).remote(
             mode=spec.mode, num_groups=spec.num_env_groups, group_size=spec.group_size,
             seed_fn=functools.partial(episode_seed, spec),
@@ -173,13 +175,26 @@ class RolloutScheduler:
         import ray
 
         ray.get(self.queue.pause.remote())
-        ray.get([w.pause.remote() for w in self.workers])
+        self._tell_workers("pause")
 
     def resume(self) -> None:
         import ray
 
-        ray.get([w.resume.remote() for w in self.workers])
-        ray.get(self.queue.resume.remote())
+        ray.get(self.queue.resume.remote())  # first: an env manager attaching from now on starts resumed
+        self._tell_workers("resume")
+
+    def _tell_workers(self, method: str) -> None:
+        """Call ``method`` on every env manager; one that is being restarted (its node was lost, it
+        crashed) is skipped: it reads the queue's paused state when it attaches again."""
+        import ray
+
+        calls = [getattr(w, method).remote() for w in self.workers]
+        for index, call in enumerate(calls):
+            try:
+                ray.get(call)
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError) as exc:
+                logger.warning("%s rollout: env manager %d did not take %s (%s); it follows the queue when it is back",
+                               self.spec.mode, index, method, type(exc).__name__)
 
     def state_dict(self) -> dict[str, Any]:
         """The rollout's part of a checkpoint: per-group episode counters (hence seeds), version, pass."""
