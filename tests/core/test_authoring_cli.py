@@ -1,0 +1,55 @@
+"""The commands a plugin author uses: ``roll plugins show`` (fields, presets), ``roll examples``,
+``roll plugins new`` (a generated package passes its own tests)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from roll_core.cli import main
+from roll_core.plugins import reset_plugin_manager
+
+TESTS = Path(__file__).resolve().parents[1]
+SAME_NAME_PLUGIN = """
+    from roll_core import hookimpl
+
+    @hookimpl
+    def roll_register_envs(register):
+        register("demo_env", "roll_tiny_envs:CounterEnv", tags=["DemoEnv"], description="count up",
+                 defaults={"goal": 7})
+"""
+
+
+@pytest.fixture
+def demo_plugin(tmp_path, monkeypatch):
+    """A plugin module named like the env it registers (the generated package's layout)."""
+    (tmp_path / "demo_env.py").write_text(textwrap.dedent(SAME_NAME_PLUGIN))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(TESTS / "envs"))  # roll_tiny_envs
+    monkeypatch.setenv("ROLL_PLUGINS", "demo_env")
+    monkeypatch.setenv("ROLL_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def test_show_a_plugin_and_its_same_named_env_with_the_registration_defaults(demo_plugin, capsys):
+    assert main(["plugins", "show", "demo_env"]) == 0
+    out = capsys.readouterr().out
+    assert "plugin:       demo_env" in out  # the plugin summary ...
+    assert "env 'demo_env' from plugin 'demo_env' -> roll_tiny_envs:CounterEnv" in out  # ... and the env
+    assert "preset env_config (registration defaults): goal=7" in out
+    goal = next(line for line in out.splitlines() if line.strip().startswith("goal "))
+    assert "7* (class: 5)" in goal  # the preset, not only the class default
+    assert any(line.strip().startswith("max_steps ") and "20" in line for line in out.splitlines())
+
+
+def test_show_by_tag_as_json(demo_plugin, capsys):
+    assert main(["plugins", "show", "DemoEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["plugin"] is None and [c["name"] for c in shown["components"]] == ["demo_env"]
+    fields = {f["name"]: f for f in shown["components"][0]["config_fields"]}
+    assert fields["goal"]["preset"] == 7 and fields["goal"]["default"] == 5 and fields["goal"]["type"] == "an integer"
