@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from roll_core.cli.config_cmd import add_config_arguments, load_from_args
+from roll_core.errors import RollError
 
 
 def register(subparsers) -> None:
@@ -62,11 +64,11 @@ def cmd_rollout(args) -> int:
     spec = rollout_spec(run, mode, policy=policy)
     tokenizer = rollout_tokenizer(config, model_free=not needs_model)
     batch_size = args.batch_size or batch_size_from_config(config, mode)
+    dump = open_dump(args.dump) if args.dump else None  # a bad path fails here, before anything starts
 
     started_ray = not ray.is_initialized()
     init_ray(**({"address": args.address} if args.address else {}))
     scheduler = generation = None
-    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     try:
         t0 = time.perf_counter()
         if needs_model:
@@ -99,6 +101,17 @@ def cmd_rollout(args) -> int:
     if args.dump:
         print(f"trajectories written to {args.dump}")
     return 0
+
+
+def open_dump(path: str) -> IO[str]:
+    """The ``--dump`` file, its missing parent directories created; a clear error if it cannot be."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise RollError(f"--dump {path}: cannot write the trajectories there ({exc.strerror or exc}); "
+                        "choose a file in a writable directory.") from None
 
 
 def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:
