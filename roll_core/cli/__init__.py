@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "roll_core.cli.config_cmd",
     "roll_core.cli.plugins_cmd",
     "roll_core.cli.env_cmd",
+    "roll_core.cli.examples_cmd",
 )
 
 

@@ -53,3 +53,47 @@ def test_show_by_tag_as_json(demo_plugin, capsys):
     assert shown["plugin"] is None and [c["name"] for c in shown["components"]] == ["demo_env"]
     fields = {f["name"]: f for f in shown["components"][0]["config_fields"]}
     assert fields["goal"]["preset"] == 7 and fields["goal"]["default"] == 5 and fields["goal"]["type"] == "an integer"
+
+
+ROOT = TESTS.parent
+
+
+def test_every_example_file_ships_in_the_wheel():
+    """Each tracked file under examples/ matches a [tool.setuptools.data-files] entry of its directory."""
+    import fnmatch
+    import subprocess
+    import tomllib
+
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    tracked = subprocess.run(["git", "ls-files", "examples"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = tracked.stdout.split()
+    assert len(files) > 10
+    for path in files:
+        dest = "share/roll/" + str(Path(path).parent)
+        assert any(fnmatch.fnmatch(path, pattern) for pattern in data_files.get(dest, [])), (
+            f"{path} is not installed with the wheel: add it to [tool.setuptools.data-files] {dest!r}")
+
+
+def test_examples_copy_writes_runnable_configs_and_refuses_to_overwrite(tmp_path, capsys):
+    assert main(["examples", "copy", "rlvr", "frozen_lake", "--to", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "pip install roll-env-frozenlake && roll run examples/frozen_lake/grpo.yaml" in out
+    assert (tmp_path / "examples/frozen_lake/grpo.yaml").is_file()
+    assert (tmp_path / "examples/rlvr/data/arithmetic_train.jsonl").stat().st_size > 1000  # the data it names
+    (tmp_path / "examples/rlvr/arithmetic.yaml").write_text("mine")
+    assert main(["examples", "copy", "rlvr", "--to", str(tmp_path)]) == 1
+    assert "already exists; nothing was copied. Pass --force" in capsys.readouterr().err
+    assert (tmp_path / "examples/rlvr/arithmetic.yaml").read_text() == "mine"
+    assert main(["examples", "copy", "rlvr", "--to", str(tmp_path), "--force"]) == 0
+    assert "exp_name: rlvr_arithmetic" in (tmp_path / "examples/rlvr/arithmetic.yaml").read_text()
+    assert main(["examples", "copy", "sokobn", "--to", str(tmp_path)]) == 1
+    assert "Did you mean 'sokoban'?" in capsys.readouterr().err
+
+
+def test_examples_list_names_each_config_and_the_plugins_it_needs(capsys):
+    assert main(["examples", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "examples/sokoban/gigpo.yaml  (needs: pip install roll-env-sokoban)" in out
+    assert "env-plugin-template: roll-env-guessnumber" in out
