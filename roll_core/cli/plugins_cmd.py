@@ -1,4 +1,5 @@
-"""``roll plugins list | show NAME``: what is installed and what each plugin provides."""
+"""``roll plugins list | show NAME | new KIND NAME``: what is installed, what each plugin provides,
+and a new plugin package to start from."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ def register(subparsers) -> None:
     p_show.add_argument("name", help="a plugin name or a component name (env, estimator, ...)")
     p_show.add_argument("--json", action="store_true", help="machine-readable output")
     p_show.set_defaults(func=cmd_show)
+    from roll_core.scaffold import KINDS
+
+    p_new = sub.add_parser("new", help="write a new plugin package (env, strategy, reward) that installs and "
+                                       "passes its own tests", description="Kinds: " + "; ".join(
+                                           f"{k}: {v[1]}" for k, v in KINDS.items()))
+    p_new.add_argument("kind", choices=list(KINDS), help="what the plugin provides")
+    p_new.add_argument("name", help="the component's name, as configs select it (e.g. demo_env)")
+    p_new.add_argument("--dir", default=None, metavar="DIR",
+                       help="where to write the package (default: ./roll-<kind>-<name>)")
+    p_new.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p_new.set_defaults(func=cmd_new)
 
 
 def _rows():
@@ -49,6 +61,20 @@ def cmd_list(args) -> int:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + str(row[-1]))
     if manager.failures:
         print(f"\n{len(manager.failures)} plugin(s) FAILED to load; `roll plugins show NAME` shows why.")
+    return 0
+
+
+def cmd_new(args) -> int:
+    from roll_core.scaffold import new_package
+
+    generated = new_package(args.kind, args.name, args.dir, force=args.force)
+    root = generated.root
+    print(f"wrote {generated.names['distribution']} ({args.kind} {generated.names['name']!r}) to {root}/:")
+    for path in generated.files:
+        print(f"  {path.relative_to(root)}")
+    print(f"\nnext:\n  cd {root}\n  pip install -e .\n  pytest\n  roll plugins show {generated.names['name']}")
+    print("  roll run configs/grpo.yaml max_steps=2" if args.kind == "env" else
+          "  roll run configs/rlvr.yaml max_steps=2")
     return 0
 
 

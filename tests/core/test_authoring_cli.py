@@ -97,3 +97,42 @@ def test_examples_list_names_each_config_and_the_plugins_it_needs(capsys):
     out = capsys.readouterr().out
     assert "examples/sokoban/gigpo.yaml  (needs: pip install roll-env-sokoban)" in out
     assert "env-plugin-template: roll-env-guessnumber" in out
+
+
+@pytest.mark.parametrize(("kind", "name", "package", "expected"), [
+    ("env", "demo_env", "roll_env_demo_env", 7),
+    ("strategy", "demo_infer", "roll_strategy_demo_infer", 5),
+    ("reward", "demo_match", "roll_reward_demo_match", 9),
+])
+def test_a_generated_package_passes_its_own_tests_unchanged(tmp_path, capsys, kind, name, package, expected):
+    """The generated tests run against the generated code (found through ROLL_PLUGINS here; the
+    `wheels` nox session installs an env package from its wheel into a fresh venv and trains it)."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path / "pkg"
+    assert main(["plugins", "new", kind, name, "--dir", str(root)]) == 0
+    assert "pip install -e ." in capsys.readouterr().out
+    pyproject = (root / "pyproject.toml").read_text()
+    assert f'{name} = "{package}.plugin"' in pyproject and "[project.entry-points.roll]" in pyproject
+    assert not list(root.rglob("*.tmpl")) and "{{" not in "".join(p.read_text() for p in root.rglob("*.py"))
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "ROLL_PLUGINS": f"{package}.plugin",
+           "ROLL_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert f"{expected} passed" in result.stdout
+
+
+def test_plugins_new_refuses_bad_names_and_non_empty_directories(tmp_path, capsys):
+    assert main(["plugins", "new", "env", "2fast", "--dir", str(tmp_path / "a")]) == 1
+    assert "'2fast' is not usable as a component name" in capsys.readouterr().err
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    assert main(["plugins", "new", "reward", "match", "--dir", str(tmp_path / "b")]) == 1
+    assert "already exists and is not empty; nothing was written" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["notes.txt"]
+    assert main(["plugins", "new", "env", "my-maze", "--dir", str(tmp_path / "c")]) == 0  # hyphens become _
+    assert 'my_maze = "roll_env_my_maze.plugin"' in (tmp_path / "c" / "pyproject.toml").read_text()
+    assert "class MyMazeEnv(TextEnv):" in (tmp_path / "c/src/roll_env_my_maze/env.py").read_text()
