@@ -154,6 +154,10 @@ def _print_component(c: dict) -> None:
     if presets:
         print("preset env_config (registration defaults): "
               + ", ".join(f"{k}={v!r}" for k, v in presets.items()))
+    if c["options"].get("requirements"):
+        python = c["options"].get("python")
+        print(f"own Python environment: {' '.join(c['options']['requirements'])}"
+              + (f" (Python {python})" if python else "") + "; its env managers run in it (docs/authoring.md)")
     if "error" in c:
         print(f"(cannot import: {c['error']})")
         return

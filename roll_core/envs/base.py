@@ -11,7 +11,7 @@ you implement               roll calls it                                       
                             seeded
 ``_step(action)``           from ``step(text)`` with a *parsed, valid* action           ``StepOutcome`` or ``None``
 ``render_text()``           after every step (it is the next observation by default)   ``str``
-``render_rgb()``            optional: validation GIFs, ``roll env play --save``         ``H x W x 3`` uint8
+``render_rgb()``            optional: validation GIFs, ``roll env play --save-gif``     ``H x W x 3`` uint8
 ``valid_actions()``         random play, ``check_env``, ``roll env play``               action words
 ``example_action()``        once per episode, for the answer format in the prompt       one action word
 ``solve()``                 optional: the scripted policy, ``warmup_sft``               action words
@@ -267,7 +267,7 @@ class TextEnv(gym.Env, abc.ABC):
 
     def render_rgb(self) -> np.ndarray:
         """Optional: the current state as an ``H x W x 3`` uint8 image (validation GIFs under
-        ``render_save_dir``, ``roll env play --save``); :mod:`roll_core.envs.render` has grid helpers.
+        ``render_save_dir``, ``roll env play --save-gif``); :mod:`roll_core.envs.render` has grid helpers.
         ``check_env(..., rgb=False)`` skips it."""
         raise NotImplementedError(f"{type(self).__name__} has no rgb_array rendering")
 

@@ -19,7 +19,7 @@ SAME_NAME_PLUGIN = """
     @hookimpl
     def roll_register_envs(register):
         register("demo_env", "roll_tiny_envs:CounterEnv", tags=["DemoEnv"], description="count up",
-                 defaults={"goal": 7})
+                 defaults={"goal": 7}, requirements=["idna==3.6"])
 """
 
 
@@ -42,6 +42,7 @@ def test_show_a_plugin_and_its_same_named_env_with_the_registration_defaults(dem
     assert "plugin:       demo_env" in out  # the plugin summary ...
     assert "env 'demo_env' from plugin 'demo_env' -> roll_tiny_envs:CounterEnv" in out  # ... and the env
     assert "preset env_config (registration defaults): goal=7" in out
+    assert "own Python environment: idna==3.6; its env managers run in it" in out
     goal = next(line for line in out.splitlines() if line.strip().startswith("goal "))
     assert "7* (class: 5)" in goal  # the preset, not only the class default
     assert any(line.strip().startswith("max_steps ") and "20" in line for line in out.splitlines())
