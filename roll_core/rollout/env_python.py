@@ -242,6 +242,23 @@ def prepare_all(specs: Sequence[EnvPython], *, log: Callable[[str], None] | None
     return prepared
 
 
+def run_inside(spec: EnvPython, argv: Sequence[str] | None) -> None:
+    """Re-run the ``roll`` command ``argv`` in ``spec``'s environment (built if need be); returns only
+    when this process already runs there (or when there is no command line to re-run)."""
+    inside = Path(sys.prefix) / MARKER  # this process runs in an env's environment already
+    if inside.is_file():
+        if sorted(json.loads(inside.read_text())["requirements"]) == sorted(spec.requirements):
+            return
+        raise RollError(f"This process runs in the Python environment {sys.prefix}, not in the one of env "
+                        f"{spec.env!r} ({spec.describe()}); run roll from the trainer's environment.")
+    env = prepare(spec, log=lambda message: print(f"roll: {message}", file=sys.stderr, flush=True))
+    if argv is None:
+        return
+    print(f"roll: running in the Python environment of env {spec.env!r} ({spec.describe()})", file=sys.stderr,
+          flush=True)
+    os.execv(str(env.python), [str(env.python), "-m", "roll_core", *argv])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Ray's ``py_executable`` for an env's workers: ``python -m roll_core.rollout.env_python TOKEN ARGS...``.
 

@@ -88,3 +88,20 @@ def test_env_managers_never_mix_python_environments():
     plain = RolloutSpec(mode="train", seed=0, num_env_groups=5, group_size=2, max_env_num_per_worker=4,
                         group_tags=("Plain",) * 5, envs=envs, sequence_length=64)
     assert plain.worker_layout == ((0, 1), (2, 3), (4,))  # as before: groups_per_worker consecutive groups
+
+
+def test_env_play_runs_an_env_with_its_own_python_in_it(tmp_path):
+    """`roll env play` re-runs itself in the env's environment (the env refuses the trainer's idna)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(tests / "pipeline"), "ROLL_PLUGINS": "roll_pinned_env",
+           "ROLL_ENV_PYTHON_CACHE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "roll_core", "env", "play", "Pinned", "--policy", "random",
+                             "--seed", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "building the Python environment of env 'pinned_idna' (idna==3.6)" in result.stderr
+    assert "running in the Python environment of env 'pinned_idna'" in result.stderr
+    assert "=== system ===\nReach 2." in result.stdout and "episode " in result.stdout
