@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -168,10 +169,11 @@ def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) ->
         shown = session.run(roll, "plugins", "show", "demo_env", external=True, silent=True, env=TEST_ENV)
         if not ("distribution: roll-env-demo-env 0.1.0" in shown and "goal_reward" in shown):
             session.error(f"`roll plugins show demo_env` does not show the env's fields:\n{shown}")
-        # `timeout`: a Ray cluster whose workers never register (seen once on an overloaded machine)
-        # would otherwise wait for ever
+        # Ray's workers refuse a temp dir inside $VIRTUAL_ENV, which create_tmp() made TMPDIR; `timeout`:
+        # a cluster whose workers never register would otherwise keep `roll run` waiting for ever
+        ray_env = {**TEST_ENV, **_FAST_MALLOC, "TMPDIR": tempfile.gettempdir(), "VIRTUAL_ENV": str(venv)}
         trained = session.run("timeout", "600", roll, "run", "configs/grpo.yaml", "max_steps=2",
-                              "warmup_sft.steps=0", external=True, silent=True, env={**TEST_ENV, **_FAST_MALLOC})
+                              "warmup_sft.steps=0", external=True, silent=True, env=ray_env)
         if "step 2/2" not in trained:
             session.error(f"`roll run configs/grpo.yaml max_steps=2` did not train 2 steps:\n{trained[-3000:]}")
     session.log(f"generated env plugin: installed from its wheel, tests passed, fields shown, trained 2 steps "
