@@ -8,9 +8,9 @@ the trainer, the inference workers and other envs keep the trainer's:
   layered over the trainer's packages: a ``.pth`` file adds the trainer's site directories *after*
   the venv's own, so roll-core, Ray and the tokenizer come from the trainer and the env's pins win
   where they clash (pip leaves the trainer's copy alone: "outside environment"). This is the
-  layering Ray's own ``pip`` runtime environment gives, without its copy of the whole trainer
-  venv (measured here: Ray's ``pip``/``uv`` fields took 10-13 s and 1.4 GB per start, rebuilt in
-  every new Ray session; this takes ~1-3 s once, <1 MB, and is reused by every later run).
+  layering Ray's own ``pip`` runtime environment gives, without its per-session copy of the whole
+  trainer venv (benchmarks/bench_env_python.py: a later start 1.1 s against Ray's 41 s, 0.5 MB
+  against 1.2 GB; docs/benchmarks.md section 7).
 * **Where.** ``$ROLL_ENV_PYTHON_CACHE`` or ``~/.cache/roll/env-python``, one directory per
   (requirements, interpreter, trainer environment), built under a file lock and marked complete
   only at the end, so concurrent runs share one build and a failed build leaves nothing behind.
