@@ -39,8 +39,9 @@ class Example:
 
 def examples_dir() -> Path:
     """The examples directory: the source checkout's, else the installed wheel's data files."""
-    source = Path(__file__).resolve().parents[1] / "examples"
-    candidates = [source, Path(sysconfig.get_path("data")) / SHARE_PATH, Path(sys.prefix) / SHARE_PATH,
+    checkout = Path(__file__).resolve().parents[1]  # a source checkout has roll's pyproject.toml there
+    source = [checkout / "examples"] if (checkout / "pyproject.toml").is_file() else []
+    candidates = [*source, Path(sysconfig.get_path("data")) / SHARE_PATH, Path(sys.prefix) / SHARE_PATH,
                   Path(site.getuserbase()) / SHARE_PATH]
     for candidate in candidates:
         if candidate.is_dir() and any(candidate.iterdir()):
