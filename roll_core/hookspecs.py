@@ -60,6 +60,19 @@ def roll_register_envs(register):
         a mapping of ``env_config`` values applied first whenever this registration is used;
         a config's ``env_config`` overrides them. This is how one env class offers several
         presets (ROLL's ``SimpleSokoban`` and ``LargerSokoban`` are two registrations of one class).
+    ``requirements``
+        pip requirement strings (``["gym-sokoban==0.0.6", "numpy<2"]``) for the env's *own* Python
+        environment: its env-manager workers run in a virtual environment that roll builds once
+        (cached under ``~/.cache/roll/env-python``, or ``$ROLL_ENV_PYTHON_CACHE``) and starts them
+        in through Ray's runtime environment (``py_executable``), while the trainer keeps its
+        own. The requirements are installed on top of the trainer's packages and win over them,
+        so an env may pin versions that clash with the trainer's. Import those libraries inside
+        the env's methods, not at module level: the driver imports the env class (in the
+        trainer's environment) to validate ``env_config``. See :mod:`roll_core.rollout.env_python`.
+    ``python``
+        the Python versions the env supports (``"3.11"``, ``">=3.10,<3.13"``), checked when a
+        config selects it. Ray runs every worker of a cluster on the driver's Python version, so
+        a mismatch is an error that names the version to start roll with.
 
     Example::
 

@@ -36,6 +36,12 @@ def _instance(cls: type | tuple[type, ...], what: str):
     return check
 
 
+def _requirements(value: Any) -> str | None:
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return None
+    return "must be a non-empty list of pip requirement strings"
+
+
 def _target(value: Any) -> str | None:
     if isinstance(value, str) and ":" in value:
         return None
@@ -46,7 +52,9 @@ def _target(value: Any) -> str | None:
 #: :mod:`roll_core.hookspecs` document each option; an option not listed here is an error, so a
 #: misspelt one (``need_critic=True``) cannot silently do nothing.
 KIND_OPTIONS: dict[str, dict[str, Any]] = {
-    "env": {"defaults": _instance(Mapping, "a mapping of env_config values")},
+    "env": {"defaults": _instance(Mapping, "a mapping of env_config values"),
+            "requirements": _requirements,  # the env's own Python environment (roll_core.rollout.env_python)
+            "python": _instance(str, "a Python version or specifier string ('3.11', '>=3.10,<3.13')")},
     "advantage_estimator": {"needs_critic": _instance(bool, "True or False"),
                             "granularity": _one_of("trajectory", "step")},
     "policy_loss": {},

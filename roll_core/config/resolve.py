@@ -83,6 +83,9 @@ def _bind_env(reg: Registration, env_config: Mapping[str, Any] | BaseModel | Non
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
                           "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
+    python_env = EnvBinding(reg, None).python_env  # an env's own Python environment: readable, runnable here
+    if python_env is not None:
+        python_env.check()
     if isinstance(env_config, model):
         return EnvBinding(reg, env_config)
     if isinstance(env_config, BaseModel):

@@ -52,6 +52,14 @@ class EnvBinding:
         """A new env instance (its config is already validated)."""
         return self.env_class()(self.config)
 
+    @property
+    def python_env(self) -> Any:
+        """The env's own Python environment (:class:`roll_core.rollout.env_python.EnvPython`), or
+        None when its registration declares no ``requirements``: its env managers then run in it."""
+        from roll_core.rollout.env_python import EnvPython
+
+        return EnvPython.from_options(self.registration.options, self.registration.name)
+
 
 @dataclass(frozen=True)
 class Run:

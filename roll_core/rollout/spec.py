@@ -7,8 +7,8 @@ actor start-up light and lets tests build a rollout without a YAML file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -114,12 +114,35 @@ class RolloutSpec:
 
     @property
     def num_workers(self) -> int:
-        return math.ceil(self.num_env_groups / self.groups_per_worker)
+        return len(self.worker_layout)
+
+    @functools.cached_property
+    def worker_layout(self) -> tuple[tuple[int, ...], ...]:
+        """Group ids of each env-manager worker: whole groups, consecutive ids, ``groups_per_worker``
+        at most, and only envs of one Python environment per worker (an env registered with
+        ``requirements`` runs in its own, :mod:`roll_core.rollout.env_python`)."""
+        layout: list[tuple[int, ...]] = []
+        current: list[int] = []
+        current_key: str | None = None
+        for group, tag in enumerate(self.group_tags):
+            python_env = self.envs[tag].env.python_env
+            key = python_env.key if python_env is not None else None
+            if current and (len(current) >= self.groups_per_worker or key != current_key):
+                layout.append(tuple(current))
+                current = []
+            current_key = key
+            current.append(group)
+        if current:
+            layout.append(tuple(current))
+        return tuple(layout)
 
     def worker_groups(self, worker_index: int) -> list[int]:
-        """Group ids hosted by worker ``worker_index`` (whole groups, consecutive ids)."""
-        per = self.groups_per_worker
-        return list(range(worker_index * per, min(self.num_env_groups, (worker_index + 1) * per)))
+        """Group ids hosted by worker ``worker_index`` (see :attr:`worker_layout`)."""
+        return list(self.worker_layout[worker_index])
+
+    def worker_python_env(self, worker_index: int) -> Any:
+        """The Python environment worker ``worker_index`` runs in (an ``EnvPython``), or None: the trainer's."""
+        return self.envs[self.group_tags[self.worker_layout[worker_index][0]]].env.python_env
 
     def with_(self, **changes: Any) -> RolloutSpec:
         return replace(self, **changes)
