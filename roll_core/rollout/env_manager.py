@@ -61,7 +61,7 @@ class Slot:
     """One admitted episode of a group, as the members fill it in."""
 
     ticket: Ticket
-    results: dict[int, Trajectory] = field(default_factory=dict)
+    results: dict[int, Trajectory | list[Trajectory]] = field(default_factory=dict)  # agents: their samples
     closed: bool = False  # complete or given up: running members stop
     abandoned: bool = False
     drop_reason: str = "group_abandoned"  # what members cut short by abandoning are counted as
@@ -182,12 +182,18 @@ class GroupRunner:
                     env = member.get_env()
                 except Exception as exc:
                     raise EpisodeFailure("env_error", f"building the env raised {type(exc).__name__}: {exc}") from exc
-                trajectory = await play_episode(
-                    manager.context, env, self.env_spec, ticket, member.member, member.policy,
-                    route_key=member.route_key, cancelled=lambda: slot.closed, frames=frames,
-                    wait_resumed=manager.wait_resumed,
-                    stale=functools.partial(self._stale, slot) if self.max_staleness > 0 else None,
-                )
+                stale = functools.partial(self._stale, slot) if self.max_staleness > 0 else None
+                if self.env_spec.is_agent:  # agent code through the gateway: a list of samples
+                    runtime = await manager.agent_runtime()
+                    trajectory = await runtime.play(env, self.env_spec, ticket, member.member,
+                                                    route_key=member.route_key, cancelled=lambda: slot.closed,
+                                                    stale=stale)
+                else:
+                    trajectory = await play_episode(
+                        manager.context, env, self.env_spec, ticket, member.member, member.policy,
+                        route_key=member.route_key, cancelled=lambda: slot.closed, frames=frames,
+                        wait_resumed=manager.wait_resumed, stale=stale,
+                    )
             except EpisodeCancelled:
                 if slot.abandoned:
                     manager.drop(slot.drop_reason)
@@ -219,7 +225,7 @@ class GroupRunner:
         slot.oldest = first if slot.oldest is None else min(slot.oldest, first)
         return latest - slot.oldest > self.max_staleness
 
-    def _deliver(self, slot: Slot, member: int, trajectory: Trajectory) -> None:
+    def _deliver(self, slot: Slot, member: int, trajectory: Trajectory | list[Trajectory]) -> None:
         if slot.closed:
             if slot.abandoned:
                 self.manager.drop(slot.drop_reason)
@@ -228,7 +234,8 @@ class GroupRunner:
         if len(slot.results) >= self.manager.spec.group_size:
             slot.closed = True
             self.given_up_in_row = 0
-            trajectories = [slot.results[m] for m in sorted(slot.results)]
+            trajectories = [t for m in sorted(slot.results)
+                            for t in (slot.results[m] if isinstance(slot.results[m], list) else [slot.results[m]])]
             self.manager.send_group(GroupResult(slot.ticket, self.env_spec.tag, trajectories))
 
     def _abandon(self, slot: Slot, reason: str, *, backoff: bool = True) -> None:
@@ -279,6 +286,7 @@ class EnvManagerCore:
         self.outbox = Report()
         self.drop_log: dict[str, int] = defaultdict(int)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._agents: Any = None  # the AgentRuntime (gateway) of agent tags, started on first use
         # created here, bound to the loop thread on first use (pause() may come before run())
         self._outbox_event = asyncio.Event()
         self._resumed = asyncio.Event()
@@ -306,6 +314,16 @@ class EnvManagerCore:
         except Exception as exc:
             logger.warning("could not save frames of %s: %s", trajectory.traj_id, exc)
             return None
+
+    async def agent_runtime(self) -> Any:
+        """The OpenAI-compatible gateway agent tags play through (roll_core.rollout.agents)."""
+        if self._agents is None:
+            from roll_core.rollout.agents import AgentRuntime
+
+            self._agents = AgentRuntime(self.spec, self.codec, self.generate_scheduler,
+                                        worker_index=self.worker_index, wait_resumed=self.wait_resumed)
+        await self._agents.start()
+        return self._agents
 
     async def wait_resumed(self) -> None:
         if not self._resumed.is_set():
@@ -338,6 +356,8 @@ class EnvManagerCore:
         for task in [*tasks, flusher]:
             task.cancel()
         await asyncio.gather(*tasks, flusher, return_exceptions=True)
+        if self._agents is not None:
+            await self._agents.stop()
 
     async def _flush_outbox(self) -> None:
         """Send finished groups in batches: whatever piles up while one report is in flight."""
