@@ -93,6 +93,10 @@ def cmd_show(args) -> int:
         if doc:
             print("\n" + doc)
         config_model = getattr(obj, "config_model", None)
+        if reg.kind == "agent":  # agents may name their config model in a registration option
+            from roll_core.config.resolve import agent_config_model
+
+            config_model = agent_config_model(reg)
         if config_model is not None and hasattr(config_model, "model_fields"):
             print("\nconfig fields:")
             for fname, field in config_model.model_fields.items():

@@ -143,14 +143,6 @@ class Agent:
         reward = binding.reward.load() if binding.reward is not None else None
         return cls(reg.name, run, expert, reward)
 
-    def client(self, base_url: str, api_key: str) -> Any:
-        """An OpenAI client for the session (async for async agents); no retries: a retried call
-        would be a second sample."""
-        import openai
-
-        cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI
-        return cls(base_url=base_url, api_key=api_key, max_retries=0, timeout=None)
-
     async def play(self, task: AgentTask, client: Any, executor: Executor) -> Any:
         if self.is_async:
             return await self.run(task, client)
@@ -211,13 +203,29 @@ class AgentRuntime:
         self.wait_resumed = wait_resumed
         self.gateway = Gateway(spec.gateway, codec, port_offset=worker_index)
         self.executor = ThreadPoolExecutor(max_workers=MAX_AGENT_THREADS, thread_name_prefix="roll-agent")
+        self._clients: dict[bool, Any] = {}  # async? -> the OpenAI client every session's client copies
 
     async def start(self) -> None:
         await self.gateway.start()
 
     async def stop(self) -> None:
         await self.gateway.stop()
+        for client in self._clients.values():
+            await _close(client)
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def client(self, agent: Agent, session: Session) -> Any:
+        """An OpenAI client pointed at ``session`` (async for async agents). Sessions share one
+        connection pool (building an OpenAI client costs tens of milliseconds); no retries: a retried
+        call would be a second sample."""
+        import openai
+
+        base = self._clients.get(agent.is_async)
+        if base is None:
+            cls = openai.AsyncOpenAI if agent.is_async else openai.OpenAI
+            base = self._clients[agent.is_async] = cls(base_url=self.gateway.base_url, api_key=self.gateway.spec.api_key,
+                                                       max_retries=0, timeout=None)
+        return base.with_options(base_url=self.gateway.url(session))
 
     def task(self, env_spec: EnvSpec, ticket: Ticket, member: int) -> AgentTask:
         return AgentTask(seed=ticket.seed, config=env_spec.env.config, model=self.gateway.model, tag=env_spec.tag,
@@ -253,8 +261,7 @@ class AgentRuntime:
 
     async def _run(self, agent: Agent, task: AgentTask, session: Session, cancelled: Callable[[], bool]
                    ) -> AgentResult:
-        client = agent.client(self.gateway.url(session), self.gateway.spec.api_key)
-        runner = asyncio.ensure_future(agent.play(task, client, self.executor))
+        runner = asyncio.ensure_future(agent.play(task, self.client(agent, session), self.executor))
         timeout = self.spec.step_timeout_s
         try:
             while not runner.done():
@@ -269,7 +276,6 @@ class AgentRuntime:
             if not runner.done():
                 runner.cancel()
                 await asyncio.gather(runner, return_exceptions=True)
-            await _close(client)
         failure = session.failure
         if failure == "cancelled" or cancelled():
             raise EpisodeCancelled()

@@ -12,13 +12,14 @@ default they are word for word the built-in env's, so both paths produce the sam
 from __future__ import annotations
 
 import openai
+from pydantic import Field
 from roll_env_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv
 
 
 class AgentConfig(FrozenLakeConfig):
     """The game's settings, plus how this agent words its turns."""
 
-    turn_template: str | None = None  # e.g. "{state}": each turn's message is just the grid
+    turn_template: str | None = Field(None, description="Each turn's user message as a format string, e.g. \"{state}\" (default: the full prompt).")
 
 
 def turn_message(observation: str, *, turn: int, actions_left: int, last_reward: float | None, example: str,
@@ -35,9 +36,9 @@ def turn_message(observation: str, *, turn: int, actions_left: int, last_reward:
     return "\n".join(lines + [hint + "."])
 
 
-async def play(task, client: openai.AsyncOpenAI) -> dict:
+async def play(task, client: openai.AsyncOpenAI, game: FrozenLakeEnv | None = None) -> dict:
     """One episode: the reward, the reward of every move, and the usual FrozenLake metrics."""
-    game = FrozenLakeEnv(task.config)
+    game = game or FrozenLakeEnv(task.config)
     observation, info = game.reset(seed=task.seed)
     messages = [{"role": "system", "content": info["instruction"]}]
     example = game.parser.format("Left")
