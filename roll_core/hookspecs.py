@@ -136,6 +136,7 @@ def roll_register_agents(register):
     is the episode reward (a number), ``(reward, metrics)``, or a mapping with ``reward``,
     ``metrics``, ``step_rewards`` (one per call, for step-wise estimators), ``truncated`` and
     ``reference``; ``None`` lets the tag's ``reward`` function score the final conversation.
+    ``metrics["success"]`` defaults to whether the reward is positive.
     Options:
 
     ``config_model``

@@ -324,7 +324,7 @@ class AgentRuntime:
         metrics = {**result.metrics, "calls": float(requests), "samples": float(len(samples)),
                    "tool_calls": float(session.counts["tool_calls"]),
                    "malformed_tool_calls": float(session.counts["malformed_tool_calls"])}
-        metrics.setdefault("success", 0.0)
+        metrics.setdefault("success", float(reward > 0))  # unless the agent says: a positive reward
         out = []
         for k, sample in enumerate(samples):
             turns = [Turn(prompt_ids=seg.prompt_ids, response_ids=list(seg.call.completion_ids),

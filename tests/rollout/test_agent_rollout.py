@@ -122,23 +122,23 @@ def test_rewritten_history_splits_into_samples_sharing_the_reward(generation, re
     assert sorted(steps["step_scores"].tolist()) == sorted(expected)  # the agent's step rewards, per call
 
 
-def test_calculator_agent_calls_its_tool_through_the_template(ray_session, registry):
-    run = agent_run(registry, ["Calc"], "+custom_envs.Calc.env_type=calculator", "+custom_envs.Calc.max_steps=3",
-                    "sequence_length=512", "actor_infer.generating_args.max_new_tokens=64", model=False)
-    with rollout(run, "train", policy="scripted") as scheduler:
+def test_tool_agent_calls_its_tool_through_the_template(ray_session, registry):
+    from roll_agent_examples.number_search import TOOLS
+
+    run = agent_run(registry, ["Search"], "+custom_envs.Search.env_type=number_search", "+custom_envs.Search.max_steps=4",
+                    "sequence_length=512", "actor_infer.generating_args.max_new_tokens=48", model=False)
+    with rollout(run, "train", policy="scripted") as scheduler:  # the agent's expert: binary search
         batch = scheduler.get_batch(timeout=120)
         codec = scheduler.codec
-    assert batch.metrics["env/Calc/success"] == 1.0 and batch.metrics["env/Calc/tool_calls"] == 1.0
-    assert batch.metrics["env/Calc/malformed_tool_calls"] == 0.0 and batch.metrics["rollout/template_mismatch"] == 0
+    assert batch.metrics["env/Search/success"] == 1.0 and batch.metrics["env/Search/malformed_tool_calls"] == 0.0
+    assert batch.metrics["rollout/template_mismatch"] == 0
     for traj in batch.trajectories:
-        assert traj.num_steps == 2 and traj.metrics["samples"] == 1
+        assert traj.num_steps == traj.metrics["guesses"] == traj.metrics["tool_calls"] and traj.metrics["samples"] == 1
         ids, mask, _ = traj.token_stream()
-        from roll_agent_examples.calculator import TOOLS
-
         # the stream is the template's render of the whole conversation, tools and tool calls included
         # (up to the newline after the last end-of-turn, which no turn generates)
         assert codec.decode(ids) + "\n" == codec.render(traj.messages, add_generation_prompt=False, tools=TOOLS)
-        assert '"name": "calculate"' in codec.decode([i for i, m in zip(ids, mask) if m])
+        assert codec.decode([i for i, m in zip(ids, mask) if m]).count('"name": "guess"') == traj.num_steps
 
 
 def test_agent_faults_cost_one_attempt_each(ray_session, registry):
@@ -167,11 +167,11 @@ def test_agent_config_mistakes_are_named(registry):
         agent_run(registry, ["LakeAgent"], "+custom_envs.LakeAgent.history_length=2", model=False)
     with pytest.raises(ConfigError, match=r"custom_envs.Lake.reward.*env"):
         agent_run(registry, ["Lake"], "+custom_envs.Lake.reward=math_verify", model=False)
-    with pytest.raises(ConfigError, match=r"custom_envs\.Calc\.env_config\.low"):
-        agent_run(registry, ["Calc"], "+custom_envs.Calc.env_type=calculator", "+custom_envs.Calc.env_config.low=-1",
-                  model=False)
-    with pytest.raises(Exception, match="Installed agents: .*calculator"):
-        agent_run(registry, ["X"], "+custom_envs.X.env_type=calculater", model=False)
+    with pytest.raises(ConfigError, match=r"custom_envs\.Search\.env_config\.max_turns"):
+        agent_run(registry, ["Search"], "+custom_envs.Search.env_type=number_search",
+                  "+custom_envs.Search.env_config.max_turns=0", model=False)
+    with pytest.raises(Exception, match="Installed agents: .*number_search"):
+        agent_run(registry, ["X"], "+custom_envs.X.env_type=number_serch", model=False)
     from roll_core.rollout.from_config import rollout_spec
 
     with pytest.raises(ConfigError, match="no random actions"):

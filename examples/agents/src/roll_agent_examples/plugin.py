@@ -9,5 +9,5 @@ def roll_register_agents(register):
              config_model="roll_agent_examples.frozen_lake:AgentConfig",
              expert="roll_agent_examples.frozen_lake:expert",
              description="FrozenLake played by agent code that only knows the OpenAI API")
-    register("calculator", "roll_agent_examples.calculator:CalculatorAgent", tags=["Calculator"],
-             description="Arithmetic questions with a calculate tool: call it, then answer")
+    register("number_search", "roll_agent_examples.number_search:NumberSearchAgent", tags=["NumberSearch"],
+             description="Find a hidden number with a guess tool that answers higher, lower or correct")
