@@ -19,7 +19,9 @@ Usage: python benchmarks/bench_gateway.py [--repeats 3] [--quick] [--profile 10]
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import measure
@@ -89,12 +91,36 @@ def measure_pair(policy: str, args: Any, generation: Any = None, profile: float 
 
         runs = measure.repeat(one, args.repeats, f"{policy}: env path, gateway")
         if profile > 0:
-            summary = measure.profile_during(gateway.pids, profile, lambda: gateway.window(1),
-                                             out_dir="/tmp/roll-bench-profile-gateway")
+            out_dir = Path(f"/tmp/roll-bench-profile-gateway-{os.getpid()}")
+            summary = measure.profile_during(gateway.pids, profile, lambda: gateway.window(1), out_dir=out_dir)
+            if summary:
+                summary["layers"] = layers(sorted(out_dir.glob("pyspy-*.txt")))
     finally:
         env.close()
         gateway.close()
     return runs, summary
+
+
+#: where the gateway path's CPU goes: the frame (path part) that marks each layer's code
+LAYERS = {
+    "openai client (request building, response parsing)": "openai/",
+    "  of which its HTTP client (httpx)": "httpx",
+    "HTTP server (uvicorn, starlette, fastapi)": "uvicorn/",
+    "  of which roll's gateway (validation, template, tokens)": "roll_core/gateway/",
+    "the agent's own code (the game)": "roll_env_frozenlake/",
+}
+
+
+def layers(files: list[Path]) -> dict[str, float]:
+    """Inclusive share of the profiled CPU samples per layer (see LAYERS), printed as a table."""
+    shares = {}
+    for name, marker in LAYERS.items():
+        top = measure.summarise_stacks(files, top=1, focus=marker)["inclusive"]
+        shares[name] = top[0][1] if top else 0.0
+    print("  CPU samples by layer (inclusive; the rest: Ray's worker loop, the env loop, the event loop):")
+    for name, share in shares.items():
+        print(f"    {share:6.1%}  {name}")
+    return shares
 
 
 def main() -> None:

@@ -173,7 +173,7 @@ class Gateway:
         self.check_model(body.model)
         self.stats["requests"] += 1
         completion = await session.complete(body)
-        choices = [self.choice(session, call) for call in completion.calls]
+        choices = [self.choice(session, call, bool(body.logprobs)) for call in completion.calls]
         tokens = sum(len(call.completion_ids) for call in completion.calls)
         common = dict(model=self.model, choices=choices, prompt_tokens=completion.prompt_tokens,
                       completion_tokens=tokens, version=completion.version, with_logprobs=bool(body.logprobs))
@@ -189,10 +189,11 @@ class Gateway:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    def choice(self, session: Session, call: Any) -> Choice:
+    def choice(self, session: Session, call: Any, logprobs: bool) -> Choice:
         return Choice(index=call.choice, content=call.reply.content, tool_calls=call.reply.tool_calls,
-                      finish_reason=call.finish_reason, tokens=session.token_strings(call.completion_ids),
-                      logprobs=call.logprobs)
+                      finish_reason=call.finish_reason,
+                      tokens=session.token_strings(call.completion_ids) if logprobs else [],
+                      logprobs=call.logprobs if logprobs else [])
 
 
 def _too_large(size: int, limit: int) -> GatewayError:

@@ -327,12 +327,17 @@ class AgentRuntime:
         metrics.setdefault("success", float(reward > 0))  # unless the agent says: a positive reward
         out = []
         for k, sample in enumerate(samples):
-            turns = [Turn(prompt_ids=seg.prompt_ids, response_ids=list(seg.call.completion_ids),
-                          logprobs=list(seg.call.logprobs), version=seg.call.version,
-                          finish_reason="length" if seg.call.finish_reason == "length" else "stop",
-                          observation=seg.call.observation, prompt_text=self.codec.decode(seg.prompt_ids),
-                          response_text=seg.call.reply.content or "", reward=float(steps[seg.call.request]))
-                     for seg in sample.segments]
+            turns, before = [], ""
+            for seg in sample.segments:
+                call = seg.call
+                text = call.prompt_text[len(before):] if call.prompt_text.startswith(before) else \
+                    self.codec.decode(seg.prompt_ids)
+                turns.append(Turn(prompt_ids=seg.prompt_ids, response_ids=list(call.completion_ids),
+                                  logprobs=list(call.logprobs), version=call.version,
+                                  finish_reason="length" if call.finish_reason == "length" else "stop",
+                                  observation=call.observation, prompt_text=text,
+                                  response_text=call.reply.content or "", reward=float(steps[call.request])))
+                before = call.prompt_text + call.completion_text
             out.append(Trajectory(
                 traj_id=traj_id if k == 0 else f"{traj_id}-s{k}",
                 traj_group_id=f"{self.spec.mode}-p{ticket.pass_id}-g{ticket.group_id}-e{ticket.episode_id}",
