@@ -42,8 +42,9 @@ from roll_core.strategies.base import GenerationOutput, GenerationRequest
 
 logger = logging.getLogger("roll.rollout")
 
-#: how often a running agent is checked for cancellation and timeouts
-WATCH_INTERVAL_S = 0.2
+#: how often a running agent is checked for cancellation and its timeout (failures the gateway sees
+#: wake the watcher at once); each check costs every running episode a wake-up
+WATCH_INTERVAL_S = 1.0
 #: threads for agents written as plain (synchronous) functions, per env-manager worker
 MAX_AGENT_THREADS = 32
 
@@ -262,10 +263,12 @@ class AgentRuntime:
     async def _run(self, agent: Agent, task: AgentTask, session: Session, cancelled: Callable[[], bool]
                    ) -> AgentResult:
         runner = asyncio.ensure_future(agent.play(task, self.client(agent, session), self.executor))
+        changed = asyncio.ensure_future(session.changed.wait())  # a failure the gateway saw (stale, errors)
         timeout = self.spec.step_timeout_s
         try:
             while not runner.done():
-                await asyncio.wait({runner}, timeout=WATCH_INTERVAL_S)
+                await asyncio.wait({runner, changed}, timeout=WATCH_INTERVAL_S,
+                                   return_when=asyncio.FIRST_COMPLETED)
                 if runner.done() or session.failure is not None:
                     break
                 if cancelled():
@@ -273,6 +276,7 @@ class AgentRuntime:
                 elif timeout and session.idle_s() > timeout:
                     session.fail("timeout")
         finally:
+            changed.cancel()
             if not runner.done():
                 runner.cancel()
                 await asyncio.gather(runner, return_exceptions=True)
