@@ -12,6 +12,10 @@ reason), rebuilt, and replays the same seed, so the group still shares one insta
 ``max_episode_retries`` failures of one episode the group gives it up and the queue admits
 another; the group's finished members of that episode are dropped too (a group is all or nothing).
 
+Agent tags (OpenAI-API agent code, :mod:`roll_core.rollout.agents`) run in the same loops: the
+worker starts an OpenAI-compatible gateway on first use, and an agent episode may deliver several
+samples (when the agent rewrote its history), all of one group member.
+
 Async training (``async_generation_ratio: k > 0``): a group whose oldest turn is more than k policy
 versions behind the newest one can never be trained on, so its episode is given up at once (all
 members stop, counted as ``stale``) and the queue admits fresh work in its place.

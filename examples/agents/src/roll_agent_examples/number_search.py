@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Literal
 
 import openai
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +37,9 @@ class SearchConfig(BaseModel):
     low: int = Field(1, description="Smallest hidden number.")
     high: int = Field(15, description="Largest hidden number.")
     max_turns: int = Field(4, ge=1, description="Model calls per episode (custom_envs max_steps caps it too).")
+    demonstrator: Literal["binary_search", "random"] = Field(
+        "binary_search", description="What the expert demonstrates: the search, or only the call format "
+                                     "(random guesses, ignoring the verdicts).")
 
 
 def hidden_number(seed: int, config: SearchConfig) -> int:
@@ -81,8 +85,11 @@ class NumberSearchAgent:
         return {"reward": float(found), "metrics": {"success": float(found), "guesses": float(guesses)}}
 
     def expert(self, task, messages: list[dict], tools: list[dict]) -> str:
-        """Binary search over what the verdicts so far leave open."""
+        """Binary search over what the verdicts so far leave open (or a random guess: the format only)."""
         low, high = self.config.low, self.config.high
+        if self.config.demonstrator == "random":
+            number = random.Random(f"{task.seed}/{len(messages)}").randint(low, high)
+            return f"<tool_call>{json.dumps({'name': 'guess', 'arguments': {'number': number}})}</tool_call>"
         last = None
         for message in messages:
             if message["role"] == "assistant" and message.get("tool_calls"):
