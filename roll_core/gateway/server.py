@@ -27,7 +27,6 @@ import json
 import logging
 import socket
 import uuid
-from collections import Counter
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,7 +41,7 @@ from roll_core.gateway.protocol import (
     parse_request,
     stream_chunks,
 )
-from roll_core.gateway.session import Backend, Completion, Session, SessionSettings
+from roll_core.gateway.session import Backend, Session, SessionSettings
 from roll_core.gateway.tools import ToolCallParser
 from roll_core.rollout.chat import ChatCodec
 
@@ -58,7 +57,6 @@ class Gateway:
         self.parser = ToolCallParser(codec.tokenizer)
         self.port_offset = port_offset
         self.sessions: dict[str, Session] = {}
-        self.stats: Counter[str] = Counter()
         self.port: int | None = None
         self.server: Any = None
         self._task: asyncio.Task | None = None
@@ -171,7 +169,6 @@ class Gateway:
         session = self.session(session_id)
         body = parse_request(await self.read_body(request))
         self.check_model(body.model)
-        self.stats["requests"] += 1
         completion = await session.complete(body)
         choices = [self.choice(session, call, bool(body.logprobs)) for call in completion.calls]
         tokens = sum(len(call.completion_ids) for call in completion.calls)
@@ -207,12 +204,10 @@ def create_app(gateway: Gateway) -> Any:
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError):
-        gateway.stats[f"errors/{exc.status}"] += 1
         return JSONResponse(exc.body(), status_code=exc.status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):  # unknown routes, wrong methods
-        gateway.stats[f"errors/{exc.status_code}"] += 1
         error = GatewayError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}. The gateway "
                                               "serves POST <base_url>/chat/completions and GET <base_url>/models.",
                              code="not_found" if exc.status_code == 404 else None)
@@ -242,5 +237,3 @@ def create_app(gateway: Gateway) -> Any:
 
     return app
 
-
-__all__ = ["Completion", "Gateway", "create_app"]
