@@ -176,3 +176,12 @@ def test_agent_config_mistakes_are_named(registry):
 
     with pytest.raises(ConfigError, match="no random actions"):
         rollout_spec(agent_run(registry, ["LakeAgent"], model=False), "train", policy="random")
+
+
+def test_agents_are_selected_by_tag_like_envs(registry):
+    run = agent_run(registry, ["NumberSearch"], model=False)  # a registered agent tag, no custom_envs entry
+    assert run.agents["NumberSearch"].name == "number_search" and "NumberSearch" not in run.envs
+    assert run.agents["NumberSearch"].config.high == 15  # the agent's config model, defaults applied
+    assert run.config.custom_envs["NumberSearch"].env_type == "number_search"  # resolved into the saved config
+    assert run.config.agent_gateway.model_name == "roll-tiny"
+    assert run.plugins.get("roll-agent-examples")  # the agent's distribution is pinned like an env's
