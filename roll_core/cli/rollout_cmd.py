@@ -129,8 +129,8 @@ def format_batch(index: int, total: int, metrics: dict[str, float], group_size: 
         lines[0] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) + ")"
     tags = sorted({k.split("/")[1] for k in m if k.startswith("env/")})
     for tag in tags:
-        values = " ".join(f"{name} {m[f'env/{tag}/{name}']:.3f}" for name in
-                          ("success", "action_is_valid", "action_is_effective", "num_steps"))
+        prefix = f"env/{tag}/"  # envs report success, validity, ...; agents what they return, plus calls
+        values = " ".join(f"{k[len(prefix):]} {v:.3f}" for k, v in m.items() if k.startswith(prefix))
         lines.append(f"  env/{tag}: {values}")
     return "\n".join(lines)
 

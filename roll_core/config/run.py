@@ -62,6 +62,27 @@ class EnvBinding:
 
 
 @dataclass(frozen=True)
+class AgentBinding:
+    """One agent (OpenAI-API agent code, :mod:`roll_core.rollout.agents`) as a run uses it: its
+    registration, its validated ``env_config`` (a pydantic model, or a plain dict for agents without
+    a config model) and the reward function scoring its final conversation, if the tag names one."""
+
+    registration: Registration
+    config: Any
+    reward: Registration | None = None
+
+    @property
+    def name(self) -> str:
+        return self.registration.name
+
+    def make(self) -> Any:
+        """The agent, ready to play episodes (:class:`roll_core.rollout.agents.Agent`)."""
+        from roll_core.rollout.agents import Agent
+
+        return Agent.load(self)
+
+
+@dataclass(frozen=True)
 class Run:
     """See the module docstring. Build it with :func:`roll_core.config.resolve`."""
 
@@ -72,6 +93,8 @@ class Run:
     strategies: Mapping[str, Registration] = field(default_factory=dict)
     #: env tag -> bound env (agentic runs)
     envs: Mapping[str, EnvBinding] = field(default_factory=dict)
+    #: env tag -> bound agent, for tags played by OpenAI-API agent code (agentic runs)
+    agents: Mapping[str, AgentBinding] = field(default_factory=dict)
     #: reward domain -> reward registration (RLVR runs)
     rewards: Mapping[str, Registration] = field(default_factory=dict)
     #: distribution -> version of every plugin distribution a bound component comes from
