@@ -53,10 +53,13 @@ class EnvCheckError(AssertionError):
 
 
 @dataclass
-class EnvCheckReport:
-    """What :func:`check_env` found: checks that passed, failures, and notes (skipped checks)."""
+class CheckReport:
+    """What a contract check found: checks that passed, failures, and notes (skipped checks)."""
 
-    env: str
+    #: the check's name in the summary line
+    CHECK = "check"
+
+    subject: str
     passed: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -66,10 +69,20 @@ class EnvCheckReport:
         return not self.failures
 
     def __str__(self) -> str:
-        lines = [f"check_env({self.env}): {len(self.passed)} passed, {len(self.failures)} failed"]
+        lines = [f"{self.CHECK}({self.subject}): {len(self.passed)} passed, {len(self.failures)} failed"]
         lines += [f"  FAIL {f}" for f in self.failures]
         lines += [f"  note {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+class EnvCheckReport(CheckReport):
+    """What :func:`check_env` found."""
+
+    CHECK = "check_env"
+
+    @property
+    def env(self) -> str:
+        return self.subject
 
 
 @dataclass
