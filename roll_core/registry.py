@@ -62,6 +62,8 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {
     "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
                  "critic": _target},
     "reward": {},
+    "agent": {"config_model": _target,  # roll_core.config.resolve.agent_config_model
+              "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents)
 }
 #: options a registration of the kind must give
 REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {"strategy": ("role",)}

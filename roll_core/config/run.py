@@ -75,6 +75,12 @@ class AgentBinding:
     def name(self) -> str:
         return self.registration.name
 
+    @property
+    def python_env(self) -> None:
+        """Agents run in the trainer's Python environment: their client talks to the run's gateway
+        (an env's own ``requirements`` environment is an env option only)."""
+        return None
+
     def make(self) -> Any:
         """The agent, ready to play episodes (:class:`roll_core.rollout.agents.Agent`)."""
         from roll_core.rollout.agents import Agent
