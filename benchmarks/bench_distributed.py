@@ -28,7 +28,7 @@ def config_run(tmp: str, *, world_size: int = 1, infer_workers: int = 1, model: 
     overrides = [f"logging_dir={tmp}/logs", f"output_dir={tmp}/ckpt", f"pretrain={model}",
                  f"+actor_train.world_size={world_size}", f"+actor_infer.world_size={infer_workers}",
                  f"actor_train.training_args.per_device_train_batch_size={per_device}",
-                 f"actor_train.training_args.gradient_accumulation_steps={batch // (per_device * world_size)}",
+                 f"actor_train.training_args.gradient_accumulation_steps={max(1, batch // (per_device * world_size))}",
                  "actor_train.training_args.learning_rate=1e-5", f"rollout_batch_size={batch}",
                  "train_env_manager.num_env_groups=4", f"train_env_manager.group_size={batch // 4}"]
     return resolve(load_config(str(measure.ROOT / "examples" / "frozen_lake" / "grpo.yaml"), overrides))
@@ -125,10 +125,11 @@ def main() -> None:
     p.add_argument("--syncs", type=int, default=3)
     args = p.parse_args()
     if args.quick:
-        args.rows, args.width, args.steps, args.requests, args.new_tokens, args.syncs = 8, 32, 1, 8, 4, 1
+        args.rows, args.micro, args.width, args.steps, args.requests, args.new_tokens, args.syncs = 8, 2, 32, 1, 8, 4, 1
     measure.setup_env()
     measure.start_ray(num_cpus=4)
     results = measure.print_header("worker groups: data-parallel training, inference workers, weight sync", args)
+    sync_runs: dict[str, tuple[list[int], list[list[float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         train = measure.repeat(lambda i: {"one": train_tokens_per_s(tmp, 1, args),
                                           "two": train_tokens_per_s(tmp, 2, args)}, args.repeats, "train")
@@ -146,6 +147,11 @@ def main() -> None:
             for n in (2, 4):
                 measure.report(results, f"weight sync {model}: {n} workers / 1", measure.ratios(
                     measure.column(sync, f"workers_{n}"), measure.column(sync, "workers_1")), ratio=True)
+            sync_runs[model] = ([1, 2, 4], [measure.column(sync, f"workers_{n}") for n in (1, 2, 4)])
+    if args.plot:
+        measure.plot_series(args.plot, "weight sync through the object store", "inference workers",
+                            "seconds per sync", sync_runs, kind="bar",
+                            note="train rank 0 puts the weights once; every worker fetches them itself")
     measure.finish(results, args)
 
 

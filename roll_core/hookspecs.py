@@ -60,6 +60,19 @@ def roll_register_envs(register):
         a mapping of ``env_config`` values applied first whenever this registration is used;
         a config's ``env_config`` overrides them. This is how one env class offers several
         presets (ROLL's ``SimpleSokoban`` and ``LargerSokoban`` are two registrations of one class).
+    ``requirements``
+        pip requirement strings (``["gym-sokoban==0.0.6", "numpy<2"]``) for the env's *own* Python
+        environment: its env-manager workers run in a virtual environment that roll builds once
+        (cached under ``~/.cache/roll/env-python``, or ``$ROLL_ENV_PYTHON_CACHE``) and starts them
+        in through Ray's runtime environment (``py_executable``), while the trainer keeps its
+        own. The requirements are installed on top of the trainer's packages and win over them,
+        so an env may pin versions that clash with the trainer's. Import those libraries inside
+        the env's methods, not at module level: the driver imports the env class (in the
+        trainer's environment) to validate ``env_config``. See :mod:`roll_core.rollout.env_python`.
+    ``python``
+        the Python versions the env supports (``"3.11"``, ``">=3.10,<3.13"``), checked when a
+        config selects it. Ray runs every worker of a cluster on the driver's Python version, so
+        a mismatch is an error that names the version to start roll with.
 
     Example::
 
@@ -126,4 +139,42 @@ def roll_register_rewards(register):
 
     ``target`` names a callable ``reward(prompt, response, reference, **kwargs) -> float``
     (see :mod:`roll_core.rewards`).
+    """
+
+
+@hookspec
+def roll_register_agents(register):
+    """Register agent code that talks to the policy through the OpenAI chat API.
+
+    An agent is selected like an env: ``custom_envs.<tag>.env_type`` (or a tag in an env manager's
+    ``tags``) names it, and ``env_config`` is validated by its config model. Each episode, roll
+    starts an OpenAI-compatible gateway session backed by the run's generation scheduler and calls
+    the agent with a task and a client already pointed at it; every completion is recorded token
+    by token (never re-tokenised) and becomes training rows (see :mod:`roll_core.rollout.agents`).
+
+    ``target`` names either an async (or plain) function ``agent(task, client) -> result`` or a
+    class built once per env slot as ``cls(config)`` whose ``run(task, client)`` plays an
+    episode. ``task`` carries ``seed``, ``config`` (the validated ``env_config``), ``model``,
+    ``max_steps``, ``max_tokens``, ``mode`` and the group/episode ids; ``client`` is an
+    ``openai.AsyncOpenAI`` (an ``openai.OpenAI`` for plain functions, run in a thread). The result
+    is the episode reward (a number), ``(reward, metrics)``, or a mapping with ``reward``,
+    ``metrics``, ``step_rewards`` (one per call, for step-wise estimators), ``truncated`` and
+    ``reference``; ``None`` lets the tag's ``reward`` function score the final conversation.
+    ``metrics["success"]`` defaults to whether the reward is positive.
+    Options:
+
+    ``config_model``
+        ``"module:Model"``, a pydantic model validating ``env_config`` (default: the target's
+        ``config_model`` attribute; without one ``env_config`` is passed as a plain dict).
+    ``expert``
+        ``"module:function"`` ``expert(task, messages, tools) -> str``, the reply a demonstrator
+        would write (a class may define an ``expert`` method instead). It answers the calls of the
+        ``scripted`` rollout policy, which ``warmup_sft`` uses for demonstrations.
+
+    Example::
+
+        @hookimpl
+        def roll_register_agents(register):
+            register("guesser", "my_agents.guess:play", tags=["Guess"],
+                     description="Guess a number with a hint tool")
     """

@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "policy_loss": "roll_register_policy_losses",
     "strategy": "roll_register_strategies",
     "reward": "roll_register_rewards",
+    "agent": "roll_register_agents",
 }
 
 def _one_of(*allowed: Any):
@@ -36,6 +37,12 @@ def _instance(cls: type | tuple[type, ...], what: str):
     return check
 
 
+def _requirements(value: Any) -> str | None:
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return None
+    return "must be a non-empty list of pip requirement strings"
+
+
 def _target(value: Any) -> str | None:
     if isinstance(value, str) and ":" in value:
         return None
@@ -46,13 +53,17 @@ def _target(value: Any) -> str | None:
 #: :mod:`roll_core.hookspecs` document each option; an option not listed here is an error, so a
 #: misspelt one (``need_critic=True``) cannot silently do nothing.
 KIND_OPTIONS: dict[str, dict[str, Any]] = {
-    "env": {"defaults": _instance(Mapping, "a mapping of env_config values")},
+    "env": {"defaults": _instance(Mapping, "a mapping of env_config values"),
+            "requirements": _requirements,  # the env's own Python environment (roll_core.rollout.env_python)
+            "python": _instance(str, "a Python version or specifier string ('3.11', '>=3.10,<3.13')")},
     "advantage_estimator": {"needs_critic": _instance(bool, "True or False"),
                             "granularity": _one_of("trajectory", "step")},
     "policy_loss": {},
     "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
                  "critic": _target, "serves_lora": _instance(bool, "True or False")},
     "reward": {},
+    "agent": {"config_model": _target,  # roll_core.config.resolve.agent_config_model
+              "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents)
 }
 #: options a registration of the kind must give
 REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {"strategy": ("role",)}

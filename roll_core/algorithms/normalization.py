@@ -73,6 +73,14 @@ def _group_std(x: Tensor, gid: Tensor) -> tuple[Tensor, Tensor]:
     return var.sqrt()[gid], counts[gid]
 
 
+def _constant_groups(x: Tensor, gid: Tensor) -> Tensor:
+    """Per row: whether every row of its group has the same value."""
+    n = int(gid.max()) + 1 if gid.numel() else 0
+    high = torch.full((n,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce(0, gid, x, "amax")
+    low = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device).scatter_reduce(0, gid, x, "amin")
+    return (high == low)[gid]
+
+
 #: norm_mean_type -> per-row mean to subtract
 MEANS = {"batch": _batch_mean, "group": _group_mean, None: _no_mean}
 #: norm_std_type -> (per-row std, size of the set it was taken over)
@@ -91,11 +99,13 @@ def normalize(
     taken over: one episode alone says nothing about how good it was relative to its group.
     """
     x = x.float()
-    mu = lookup(MEANS, mean_type, "norm_mean_type")(x, gid)
+    centered = x - lookup(MEANS, mean_type, "norm_mean_type")(x, gid)
+    if mean_type == "group":  # exactly 0 for a group of equal rewards (sum / count can round off)
+        centered = torch.where(_constant_groups(x, gid), torch.zeros_like(centered), centered)
     if std_type is None:
-        return x - mu
+        return centered
     sigma, n = lookup(STDS, std_type, "norm_std_type")(x, gid)
-    out = (x - mu) / (sigma + eps)
+    out = centered / (sigma + eps)
     degenerate = (n <= 1) | (sigma <= MIN_STD)
     if zero_singleton_groups:
         degenerate = degenerate | (_group_sums(x, gid)[1][gid] <= 1)

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "roll_core.cli.config_cmd",
     "roll_core.cli.plugins_cmd",
     "roll_core.cli.env_cmd",
+    "roll_core.cli.examples_cmd",
 )
 
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to re-run the command elsewhere (env play)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

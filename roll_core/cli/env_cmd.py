@@ -162,6 +162,10 @@ def cmd_play(args, out: TextIO | None = None) -> int:
     if args.max_steps is not None:
         env_config["max_steps"] = args.max_steps
     binding = bind_env(spec.env_type, env_config, config_key=spec.label if args.config else None)
+    if binding.python_env is not None:  # an env with its own Python environment is played in it
+        from roll_core.rollout.env_python import run_inside
+
+        run_inside(binding.python_env, getattr(args, "argv", None))
     reg, env = binding.registration, binding.make()
     policy = _play_policies()[args.policy](args.seed)
     frames = []

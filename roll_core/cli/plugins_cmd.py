@@ -1,4 +1,5 @@
-"""``roll plugins list | show NAME``: what is installed and what each plugin provides."""
+"""``roll plugins list | show NAME | new KIND NAME``: what is installed, what each plugin provides,
+and a new plugin package to start from."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ def register(subparsers) -> None:
     p_show.add_argument("name", help="a plugin name or a component name (env, estimator, ...)")
     p_show.add_argument("--json", action="store_true", help="machine-readable output")
     p_show.set_defaults(func=cmd_show)
+    from roll_core.scaffold import KINDS
+
+    p_new = sub.add_parser("new", help="write a new plugin package (env, strategy, reward) that installs and "
+                                       "passes its own tests", description="Kinds: " + "; ".join(
+                                           f"{k}: {v[1]}" for k, v in KINDS.items()))
+    p_new.add_argument("kind", choices=list(KINDS), help="what the plugin provides")
+    p_new.add_argument("name", help="the component's name, as configs select it (e.g. demo_env)")
+    p_new.add_argument("--dir", default=None, metavar="DIR",
+                       help="where to write the package (default: ./roll-<kind>-<name>)")
+    p_new.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p_new.set_defaults(func=cmd_new)
 
 
 def _rows():
@@ -52,13 +64,39 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_new(args) -> int:
+    from roll_core.scaffold import new_package
+
+    generated = new_package(args.kind, args.name, args.dir, force=args.force)
+    root = generated.root
+    print(f"wrote {generated.names['distribution']} ({args.kind} {generated.names['name']!r}) to {root}/:")
+    for path in generated.files:
+        print(f"  {path.relative_to(root)}")
+    print(f"\nnext:\n  cd {root}\n  pip install -e .\n  pytest\n  roll plugins show {generated.names['name']}")
+    print("  roll run configs/grpo.yaml max_steps=2" if args.kind == "env" else
+          "  roll run configs/rlvr.yaml max_steps=2")
+    return 0
+
+
 def cmd_show(args) -> int:
-    manager, plugins = _rows()
+    """A plugin's summary and/or the components called or tagged NAME, with their config fields.
+
+    A plugin and the env it registers usually share a name (``demo_env``), so both are shown.
+    """
+    manager, _ = _rows()
     info = manager.get_plugin(args.name)
+    regs = [r for r in manager.registry.all() if r.name == args.name or args.name in r.tags]
+    if info is None and not regs:
+        names = list(manager.plugins) + [r.name for r in manager.registry.all()]
+        names += [t for r in manager.registry.all() for t in r.tags]
+        raise RollError(f"No plugin or component called {args.name!r}.{did_you_mean(args.name, names)} "
+                        "Run `roll plugins list` to see what is installed.")
+    components = [_component(reg) for reg in regs]
+    if args.json:
+        plugin = None if info is None else {**info.to_dict(), "traceback": info.traceback}
+        print(json.dumps({"plugin": plugin, "components": components}, indent=2, default=str))
+        return 0
     if info is not None:
-        if args.json:
-            print(json.dumps({**info.to_dict(), "traceback": info.traceback}, indent=2))
-            return 0
         print(f"plugin:       {info.name}")
         print(f"module:       {info.module}")
         print(f"distribution: {info.distribution or '-'} {info.version or ''}")
@@ -69,34 +107,78 @@ def cmd_show(args) -> int:
             print(info.traceback)
         for reg in info.provides:
             print(f"  {reg.kind:20} {reg.name:20} {reg.description}")
-        return 0
-    regs = [r for r in manager.registry.all() if r.name == args.name or args.name in r.tags]
-    if not regs:
-        names = list(manager.plugins) + [r.name for r in manager.registry.all()]
-        raise RollError(f"No plugin or component called {args.name!r}.{did_you_mean(args.name, names)} "
-                        "Run `roll plugins list` to see what is installed.")
-    for reg in regs:
-        if args.json:
-            print(json.dumps(reg.to_dict(), indent=2))
-            continue
-        print(f"{reg.kind} {reg.name!r} from plugin {reg.plugin!r} -> {reg.target}")
-        if reg.tags:
-            print(f"tags: {', '.join(reg.tags)}")
-        if reg.requires:
-            print(f"requires: {', '.join(reg.requires)}")
-        try:
-            obj = reg.load()
-        except RollError as exc:
-            print(f"(cannot import: {exc})")
-            continue
-        doc = inspect.getdoc(obj)
-        if doc:
-            print("\n" + doc)
-        config_model = getattr(obj, "config_model", None)
-        if config_model is not None and hasattr(config_model, "model_fields"):
-            print("\nconfig fields:")
-            for fname, field in config_model.model_fields.items():
-                default = field.default if field.default is not None else "-"
-                print(f"  {fname:24} default={default!r:<12} {field.description or ''}")
+    for component in components:
         print()
+        _print_component(component)
     return 0
+
+
+def _component(reg) -> dict:
+    """One registration with its docstring and config fields (registration ``defaults`` applied)."""
+    out = reg.to_dict()
+    try:
+        obj = reg.load()
+    except RollError as exc:
+        out["error"] = str(exc)
+        return out
+    out["doc"] = inspect.getdoc(obj) or ""
+    model = getattr(obj, "config_model", None)
+    if reg.kind == "agent":  # agents may name their config model in a registration option
+        from roll_core.config.resolve import agent_config_model
+
+        model = agent_config_model(reg)
+    if model is not None and hasattr(model, "model_fields"):
+        out["config_fields"] = config_fields(model, reg.options.get("defaults") or {})
+    return out
+
+
+def config_fields(model, presets) -> list[dict]:
+    """The fields of a pydantic config model: type, default (a registration's preset wins), description."""
+    from roll_core.config.errors import describe
+
+    fields = []
+    for name, field in model.model_fields.items():
+        row = {"name": name, "type": describe(field.annotation), "description": field.description or "",
+               "required": field.is_required()}
+        if not field.is_required():
+            row["default"] = field.get_default(call_default_factory=True)
+        if name in presets:
+            row["preset"] = presets[name]
+        fields.append(row)
+    return fields
+
+
+def _print_component(c: dict) -> None:
+    print(f"{c['kind']} {c['name']!r} from plugin {c['plugin']!r} -> {c['target']}")
+    if c["tags"]:
+        print(f"tags: {', '.join(c['tags'])}")
+    if c["requires"]:
+        print(f"requires: {', '.join(c['requires'])}")
+    presets = c["options"].get("defaults")
+    if presets:
+        print("preset env_config (registration defaults): "
+              + ", ".join(f"{k}={v!r}" for k, v in presets.items()))
+    if c["options"].get("requirements"):
+        python = c["options"].get("python")
+        print(f"own Python environment: {' '.join(c['options']['requirements'])}"
+              + (f" (Python {python})" if python else "") + "; its env managers run in it (docs/authoring.md)")
+    if "error" in c:
+        print(f"(cannot import: {c['error']})")
+        return
+    if c["doc"]:
+        print("\n" + c["doc"])
+    fields = c.get("config_fields")
+    if fields:
+        where = "custom_envs.<tag>.env_config" if c["kind"] == "env" else "its config"
+        print(f"\nconfig fields ({where}; a preset of this registration is marked *):")
+        rows = [(f["name"], f["type"], _default(f), f["description"]) for f in fields]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for row in rows:
+            print("  " + "  ".join(str(v).ljust(w) for v, w in zip(row, widths)) + "  " + row[3])
+
+
+def _default(field: dict) -> str:
+    if "preset" in field:
+        base = "required" if field["required"] else repr(field["default"])
+        return f"{field['preset']!r}* (class: {base})"
+    return "required" if field["required"] else repr(field["default"])

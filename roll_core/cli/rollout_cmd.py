@@ -11,10 +11,10 @@ responses, rewards, metrics) as one JSON line, for inspection.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from roll_core.cli.config_cmd import add_config_arguments, load_from_args
 from roll_core.errors import RollError
@@ -65,7 +65,7 @@ def cmd_rollout(args) -> int:
     # before Ray: the envs build, their templates fill, their first prompts fit
     tokenizer = preflight(run, modes=(mode,), model_free=not needs_model, directories=("render_save_dir",))
     batch_size = args.batch_size or batch_size_from_config(config, mode)
-    dump = open_dump(args.dump) if args.dump else None
+    dump = open_dump(args.dump) if args.dump else None  # a bad path fails here, before anything starts
 
     started_ray = init_ray(**({"address": args.address} if args.address else {}))
     scheduler = generation = None
@@ -103,14 +103,15 @@ def cmd_rollout(args) -> int:
     return 0
 
 
-def open_dump(path: str):
-    """``--dump``'s file, opened before anything starts (its directory is created when missing)."""
-    directory = os.path.dirname(os.path.abspath(path))
+def open_dump(path: str) -> IO[str]:
+    """The ``--dump`` file, its missing parent directories created; a clear error if it cannot be."""
+    target = Path(path)
     try:
-        os.makedirs(directory, exist_ok=True)
-        return open(path, "w", encoding="utf-8")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.open("w", encoding="utf-8")
     except OSError as exc:
-        raise RollError(f"--dump {path!r}: cannot write there ({exc.strerror or exc}).") from None
+        raise RollError(f"--dump {path}: cannot write the trajectories there ({exc.strerror or exc}); "
+                        "choose a file in a writable directory.") from None
 
 
 def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:
@@ -128,8 +129,8 @@ def format_batch(index: int, total: int, metrics: dict[str, float], group_size: 
         lines[0] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) + ")"
     tags = sorted({k.split("/")[1] for k in m if k.startswith("env/")})
     for tag in tags:
-        values = " ".join(f"{name} {m[f'env/{tag}/{name}']:.3f}" for name in
-                          ("success", "action_is_valid", "action_is_effective", "num_steps"))
+        prefix = f"env/{tag}/"  # envs report success, validity, ...; agents what they return, plus calls
+        values = " ".join(f"{k[len(prefix):]} {v:.3f}" for k, v in m.items() if k.startswith(prefix))
         lines.append(f"  env/{tag}: {values}")
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ from roll_core.config.algorithm import (
     TrainInferISWeight,
 )
 from roll_core.config.device_mapping import parse_device_mapping
-from roll_core.config.envs import CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
+from roll_core.config.envs import AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll_core.config.errors import ConfigWarning
 from roll_core.config.loader import config_file, load_config, load_config_data
 from roll_core.config.pipeline import (
@@ -38,7 +38,7 @@ from roll_core.config.pipeline import (
 )
 from roll_core.config.resolve import bind_env, dump_config, resolve
 from roll_core.config.rlvr import RewardConfig, ValidationConfig
-from roll_core.config.run import EnvBinding, Run
+from roll_core.config.run import AgentBinding, EnvBinding, Run
 from roll_core.config.workers import (
     ActorInferConfig,
     ActorTrainConfig,
@@ -56,6 +56,8 @@ __all__ = [
     "PIPELINES",
     "ActorInferConfig",
     "ActorTrainConfig",
+    "AgentBinding",
+    "AgentGatewayConfig",
     "AgenticConfig",
     "AlgorithmConfig",
     "ConfigError",

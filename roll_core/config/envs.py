@@ -138,6 +138,17 @@ class EnvManagerConfig(WorkerConfig):
         return problems
 
 
+class AgentGatewayConfig(RollModel):
+    """The OpenAI-compatible endpoint agents talk to (one per env-manager worker; see roll_core.gateway)."""
+
+    host: str = Field("127.0.0.1", description="Listen address; loopback unless you mean to expose it.")
+    port: int = Field(0, ge=0, le=65535,
+                      description="0: a free port per env-manager worker; else worker i listens on port + i.")
+    api_key: str | None = Field(None, description="Bearer key clients must send; unset: a random key per run.")
+    model_name: str | None = Field(None, description="The model id served at /v1/models; unset: pretrain.")
+    max_request_bytes: int = Field(4 << 20, ge=1024, description="Larger request bodies are refused (413).")
+
+
 class CustomEnvConfig(RollModel):
     """One ``custom_envs`` entry: an env plugin plus its settings, selected by its tag."""
 
@@ -150,6 +161,9 @@ class CustomEnvConfig(RollModel):
     agent_system_template: str | None = Field(None, description="System prompt template of the agent.")
     agent_template: str | None = Field(None, description="Per-turn user prompt template.")
     history_length: int | None = Field(None, ge=0, description="Turns of history shown (step-wise rollout).")
+    reward: str | None = Field(
+        None, description="Agents: a registered reward function scoring the final conversation when the "
+                          "agent returns no reward itself.")
     env_manager_cls: str | None = compat(None, "roll picks the env manager from the estimator's granularity.")
     use_thread_lock: bool = compat(False)
     max_env_step_concurrent: int | None = compat(None)

@@ -161,6 +161,10 @@ def _problem(err: Mapping[str, Any], model: type[BaseModel], prefix: tuple[str |
         return f"{full}: unknown key.{did_you_mean(key, choices)}{hint}"
     if kind == "missing":
         return f"{where} is required ({describe(tp)})"
+    if kind == "frozen_instance":  # a validator assigned to a field of a frozen model
+        return (f"{where}: a validator of {getattr(owner, '__name__', 'the config')} assigned to it, but configs "
+                "are frozen (Instance is frozen); return the normalised value from a field_validator, or edit "
+                "the input in a model_validator(mode='before') (see roll_core.envs.EnvConfig)")
     if kind in ("value_error", "assertion_error"):
         message = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return f"{where}: {message}" if where else message

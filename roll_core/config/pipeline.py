@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from roll_core.config.algorithm import AlgorithmConfig, RewardNormalizationConfig
 from roll_core.config.base import FreeDict, RollModel, compat
-from roll_core.config.envs import CustomEnvConfig, EnvManagerConfig
+from roll_core.config.envs import AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig
 from roll_core.config.errors import config_error, problems_message, warn
 from roll_core.config.rlvr import (
     DatasetFilterConfig,
@@ -193,6 +193,8 @@ class AgenticConfig(PipelineConfig):
     custom_envs: dict[str, CustomEnvConfig] = Field(default_factory=dict, description="Env presets by tag.")
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
     val_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
+    agent_gateway: AgentGatewayConfig = Field(default_factory=AgentGatewayConfig,
+                                              description="The OpenAI-compatible endpoint of agent tags.")
     reward_normalization: RewardNormalizationConfig = Field(default_factory=RewardNormalizationConfig)
     episode_reward_weight: float = Field(1.0, description="GiGPO: weight of the episode-level advantage.")
     step_reward_weight: float = Field(1.0, description="GiGPO: weight of the step-level advantage.")

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from roll_core.config.base import compat_warnings
 from roll_core.config.errors import ConfigWarning, config_error, warn
 from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
-from roll_core.config.run import ROLES, EnvBinding, Run, env_class, installed_version
+from roll_core.config.run import ROLES, AgentBinding, EnvBinding, Run, env_class, installed_version
 from roll_core.errors import ConfigError, PluginError, UnknownComponentError, close_matches
 from roll_core.registry import Registration, Registry
 
@@ -83,6 +83,9 @@ def _bind_env(reg: Registration, env_config: Mapping[str, Any] | BaseModel | Non
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
                           "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
+    python_env = EnvBinding(reg, None).python_env  # an env's own Python environment: readable, runnable here
+    if python_env is not None:
+        python_env.check()
     if isinstance(env_config, model):
         return EnvBinding(reg, env_config)
     if isinstance(env_config, BaseModel):
@@ -93,6 +96,42 @@ def _bind_env(reg: Registration, env_config: Mapping[str, Any] | BaseModel | Non
     except ValidationError as exc:
         raise config_error(exc, model, prefix=prefix,
                            source=f"(env {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
+
+
+def bind_agent_registration(reg: Registration, env_config: Mapping[str, Any] | BaseModel | None,
+                            prefix: tuple[str, ...] = ("env_config",)) -> AgentBinding:
+    """An agent with its ``env_config`` validated by its config model (the ``config_model`` option,
+    else the target's ``config_model`` attribute); without one the config stays a plain dict."""
+    model = agent_config_model(reg)
+    if model is None:
+        if isinstance(env_config, BaseModel):
+            env_config = env_config.model_dump()
+        return AgentBinding(reg, dict(env_config or {}))
+    if isinstance(env_config, model):
+        return AgentBinding(reg, env_config)
+    if isinstance(env_config, BaseModel):
+        env_config = env_config.model_dump()
+    try:
+        return AgentBinding(reg, model.model_validate(dict(env_config or {})))
+    except ValidationError as exc:
+        raise config_error(exc, model, prefix=prefix,
+                           source=f"(agent {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
+
+
+def agent_config_model(reg: Registration) -> type[BaseModel] | None:
+    """The pydantic model validating an agent's ``env_config``, or None (imports the agent's module)."""
+    option = reg.options.get("config_model")
+    if option is not None:
+        model = Registration(reg.kind, reg.name, str(option), reg.plugin, reg.distribution,
+                             requires=reg.requires).load()
+    else:
+        model = getattr(reg.load(), "config_model", None)
+    if model is None:
+        return None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise PluginError(f"The agent {reg.name!r} from plugin {reg.plugin!r} declares config_model {model!r}, "
+                          "which is not a pydantic model. This is a bug in that plugin.")
+    return model
 
 
 def dump_config(config: PipelineConfig) -> str:
@@ -135,6 +174,7 @@ class _Resolver:
         self.data: dict[str, Any] = copy.deepcopy(config.model_dump())
         self.strategies: dict[str, Registration] = {}
         self.envs: dict[str, EnvBinding] = {}
+        self.agents: dict[str, AgentBinding] = {}
         self.rewards: dict[str, Registration] = {}
         self.components: dict[str, Registration] = {}
         self.warnings: list[str] = []
@@ -185,7 +225,7 @@ class _Resolver:
         elif isinstance(c, RLVRConfig):
             self.rlvr(c)
         return Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
-                   envs=self.envs, rewards=self.rewards, plugins=self.plugin_versions(),
+                   envs=self.envs, agents=self.agents, rewards=self.rewards, plugins=self.plugin_versions(),
                    components=self.components, warnings=tuple(self.warnings),
                    reference_from_actor=reference_from_actor)
 
@@ -268,9 +308,15 @@ class _Resolver:
     def env(self, c: AgenticConfig, tag: str, tag_path: str) -> None:
         entry = c.custom_envs.get(tag)
         if entry is not None:
-            reg = self.lookup("env", entry.env_type, f"custom_envs.{tag}.env_type")
+            reg = self.lookup_player(entry.env_type, f"custom_envs.{tag}.env_type")
         else:
             reg = self.env_by_tag(c, tag, tag_path)
+        if reg.kind == "agent":
+            self.agent(c, tag, reg)
+            return
+        if entry is not None and entry.reward is not None:
+            raise ConfigError(f"custom_envs.{tag}.reward is set, but {reg.name!r} is an env, which gives its own "
+                              "rewards; `reward` scores the conversations of agents. Remove it.")
         binding = _bind_env(reg, entry.env_config if entry is not None else {},
                             prefix=("custom_envs", tag, "env_config"))
         self.envs[tag] = binding
@@ -278,16 +324,62 @@ class _Resolver:
         self.data["custom_envs"][tag] = {**base, "env_type": reg.name,
                                          "env_config": binding.config.model_dump(mode="json")}
 
+    def lookup_player(self, name: str, path: str) -> Registration:
+        """The env called or tagged ``name``, or else the agent (a name both kinds register is an error)."""
+        try:
+            reg = self.registry.get("env", name, config_key=path)
+        except UnknownComponentError as exc:
+            try:
+                reg = self.registry.get("agent", name, config_key=path)
+            except UnknownComponentError:
+                agents = ", ".join(self.registry.names("agent")) or "none"
+                raise UnknownComponentError(f"{exc} Installed agents: {agents}.") from None
+        else:
+            if ("agent", reg.name) in self.registry or ("agent", name) in self.registry:
+                agent = self.registry.get("agent", name if ("agent", name) in self.registry else reg.name)
+                raise ConfigError(f"{path} is {name!r}, which names both the env {reg.name!r} (plugin "
+                                  f"{reg.plugin!r}) and the agent {agent.name!r} (plugin {agent.plugin!r}); "
+                                  "rename one of them, or disable one plugin with ROLL_DISABLE_PLUGINS.")
+        self.components[path] = reg
+        return reg
+
+    def agent(self, c: AgenticConfig, tag: str, reg: Registration) -> None:
+        """Bind an agent tag: its config, its reward function, and what agents cannot use."""
+        entry = c.custom_envs.get(tag)
+        prefix = ("custom_envs", tag, "env_config")
+        binding = bind_agent_registration(reg, entry.env_config if entry is not None else {}, prefix=prefix)
+        if entry is not None:
+            for key in ("history_length", "agent_template", "agent_system_template"):
+                if getattr(entry, key) is not None:
+                    raise ConfigError(f"custom_envs.{tag}.{key} is set, but {reg.name!r} is an agent: agent code "
+                                      "writes its own prompts and history. Remove it.")
+            if entry.reward is not None:
+                binding = AgentBinding(reg, binding.config,
+                                       self.lookup("reward", entry.reward, f"custom_envs.{tag}.reward"))
+        warmup = c.warmup_sft
+        if warmup is not None and warmup.steps > 0 and warmup.policy == "random" and (
+                tag in c.train_env_manager.tags):
+            raise ConfigError(f"warmup_sft.policy is 'random', but the train tag {tag!r} is the agent {reg.name!r}, "
+                              "which has no random actions: use warmup_sft.policy: scripted (the agent's expert "
+                              "plays the demonstrations).")
+        self.agents[tag] = binding
+        config = binding.config.model_dump(mode="json") if isinstance(binding.config, BaseModel) else binding.config
+        base = self.data["custom_envs"].get(tag) or {"env_type": reg.name}
+        self.data["custom_envs"][tag] = {**base, "env_type": reg.name, "env_config": config,
+                                         "reward": binding.reward.name if binding.reward else None}
+        if self.data["agent_gateway"]["model_name"] is None:
+            self.data["agent_gateway"]["model_name"] = c.actor_infer.model_args.model_name_or_path or c.pretrain
+
     def env_by_tag(self, c: AgenticConfig, tag: str, tag_path: str) -> Registration:
         try:
-            return self.lookup("env", tag, tag_path)
+            return self.lookup_player(tag, tag_path)
         except UnknownComponentError as exc:
             near = close_matches(tag, c.custom_envs)
             defined = ", ".join(c.custom_envs) or "none"
             hint = f" Did you mean the custom_envs entry {' or '.join(map(repr, near))}?" if near else ""
             raise ConfigError(
                 f"{tag_path} is {tag!r}, which is neither a custom_envs entry (defined: {defined}) nor a "
-                f"registered env name or tag.{hint} {exc}"
+                f"registered env or agent name or tag.{hint} {exc}"
             ) from None
 
     # -- RLVR ---------------------------------------------------------------------------------

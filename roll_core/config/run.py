@@ -52,6 +52,41 @@ class EnvBinding:
         """A new env instance (its config is already validated)."""
         return self.env_class()(self.config)
 
+    @property
+    def python_env(self) -> Any:
+        """The env's own Python environment (:class:`roll_core.rollout.env_python.EnvPython`), or
+        None when its registration declares no ``requirements``: its env managers then run in it."""
+        from roll_core.rollout.env_python import EnvPython
+
+        return EnvPython.from_options(self.registration.options, self.registration.name)
+
+
+@dataclass(frozen=True)
+class AgentBinding:
+    """One agent (OpenAI-API agent code, :mod:`roll_core.rollout.agents`) as a run uses it: its
+    registration, its validated ``env_config`` (a pydantic model, or a plain dict for agents without
+    a config model) and the reward function scoring its final conversation, if the tag names one."""
+
+    registration: Registration
+    config: Any
+    reward: Registration | None = None
+
+    @property
+    def name(self) -> str:
+        return self.registration.name
+
+    @property
+    def python_env(self) -> None:
+        """Agents run in the trainer's Python environment: their client talks to the run's gateway
+        (an env's own ``requirements`` environment is an env option only)."""
+        return None
+
+    def make(self) -> Any:
+        """The agent, ready to play episodes (:class:`roll_core.rollout.agents.Agent`)."""
+        from roll_core.rollout.agents import Agent
+
+        return Agent.load(self)
+
 
 @dataclass(frozen=True)
 class Run:
@@ -64,6 +99,8 @@ class Run:
     strategies: Mapping[str, Registration] = field(default_factory=dict)
     #: env tag -> bound env (agentic runs)
     envs: Mapping[str, EnvBinding] = field(default_factory=dict)
+    #: env tag -> bound agent, for tags played by OpenAI-API agent code (agentic runs)
+    agents: Mapping[str, AgentBinding] = field(default_factory=dict)
     #: reward domain -> reward registration (RLVR runs)
     rewards: Mapping[str, Registration] = field(default_factory=dict)
     #: distribution -> version of every plugin distribution a bound component comes from

@@ -45,6 +45,18 @@ def worker_env(config: Any, section: str | None = None) -> dict[str, str]:
     return env
 
 
+def on_driver_node() -> Any:
+    """Ray scheduling strategy that keeps an actor on the driver's node.
+
+    The run's coordinators (the group queues, the generation scheduler) hold its state; on the
+    driver's node they live exactly as long as the run can, whatever other node is lost.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def cluster_gpus() -> float:
     import ray
 

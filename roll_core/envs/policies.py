@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from roll_core.envs.base import has_solver
 from roll_core.errors import RollError
 
 Policy = Callable[[Any, str], str]
@@ -35,13 +36,12 @@ class ScriptedPolicy:
         self.fallback = RandomPolicy(seed)
 
     def __call__(self, env: Any, observation: str) -> str:
-        solve = getattr(env, "solve", None)
-        if solve is None:
+        if not has_solver(env):
             raise RollError(
                 f"{type(env).__name__} has no solve() method, so it cannot be played by the scripted "
                 "policy; use --policy random or keyboard."
             )
-        plan = solve()
+        plan = env.solve()
         if not plan:  # no known solution from here (slipped into a dead end, budget exhausted)
             return self.fallback(env, observation)
         return env.parser.format(plan[0])

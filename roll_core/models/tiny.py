@@ -14,8 +14,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: Bump when the tokenizer corpus or settings change (it is part of the cache key).
-TOKENIZER_VERSION = 2
+#: Bump when the tokenizer corpus, settings or chat template change (it is part of the cache key).
+#: 3: the chat template renders tools and tool calls (chats without them render as before).
+TOKENIZER_VERSION = 3
 #: Bump when the way a model is built from a spec changes (it is part of the cache key).
 MODEL_BUILD_VERSION = 1
 #: Written into every built directory, so a directory says what it is.

@@ -33,7 +33,13 @@ DEFAULT_VOCAB_SIZE = 2048
 
 
 def chat_template() -> str:
-    """ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``) with ``add_generation_prompt``."""
+    """ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``) with ``add_generation_prompt``.
+
+    With ``tools`` it renders them Hermes/Qwen-style (a system block listing the function specs,
+    assistant tool calls as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, tool results
+    as ``tool`` turns), so the agent gateway can serve tool-using agents; chats without tools render
+    exactly as plain ChatML.
+    """
     return resources.files("roll_core.models").joinpath("chatml.jinja").read_text(encoding="utf-8")
 
 

@@ -65,7 +65,8 @@ def check_directories(config: Any, keys: Iterable[str] = DIRECTORIES) -> None:
 def check_first_prompts(run: Any, mode: str, tokenizer: Any) -> dict[str, int]:
     """Build each env tag of ``mode``'s env manager, reset it and render its first prompt.
 
-    Returns the first prompt's length in tokens per tag. Raises :class:`ConfigError` when a
+    Tags played by agent code are skipped: the agent writes its prompts. Returns the first prompt's
+    length in tokens per env tag. Raises :class:`ConfigError` when a
     template cannot be filled or the prompt leaves no room for a response in ``sequence_length``.
     """
     from roll_core.rollout.chat import ChatCodec
@@ -74,12 +75,14 @@ def check_first_prompts(run: Any, mode: str, tokenizer: Any) -> dict[str, int]:
     from roll_core.rollout.spec import episode_seed
     from roll_core.rollout.trajectory import make_prompt_builder
 
-    spec = rollout_spec(run, mode, policy="random")
+    spec = rollout_spec(run, mode)  # its policy is not asked for an action here
     codec = ChatCodec(tokenizer)
     limit_key = "val_sequence_length" if mode == "val" else "sequence_length"
     lengths: dict[str, int] = {}
     for tag in dict.fromkeys(spec.group_tags):
         env_spec = spec.envs[tag]
+        if env_spec.is_agent:
+            continue
         where = f"custom_envs.{tag}" if tag in run.config.custom_envs else f"{spec.manager_key}.tags ({tag!r})"
         try:
             env = env_spec.env.make()

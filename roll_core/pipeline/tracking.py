@@ -38,6 +38,20 @@ CURVE_SERIES: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
 )
 
 
+#: said in the progress line of a step whose advantages are all zero (why its loss is +0.0000)
+ZERO_ADVANTAGE_NOTE = ("every advantage is 0 (the rewards within each group are all equal): this batch "
+                       "has nothing to learn from")
+
+
+def no_learning_signal(metrics: Mapping[str, Any]) -> bool:
+    """Whether a training step's advantages were all zero (``critic/advantages/{min,max}``): with
+    GRPO-style group normalisation, every group's responses earned the same reward."""
+    low, high = metrics.get("critic/advantages/min"), metrics.get("critic/advantages/max")
+    if not (_is_scalar(low) and _is_scalar(high)):
+        return False
+    return max(abs(float(low)), abs(float(high))) < 1e-8
+
+
 class TensorBoardWriter:
     """Scalars as TensorBoard event files under ``log_dir`` (default: ``logging_dir``)."""
 
@@ -138,6 +152,8 @@ class MetricsTracker:
         for label, key, fmt in PROGRESS_FIELDS:
             if key in metrics and _is_scalar(metrics[key]):
                 parts.append(f"{label} {fmt.format(float(metrics[key]))}")
+        if no_learning_signal(metrics):
+            parts.append(ZERO_ADVANTAGE_NOTE)
         total = timings.get("step", sum(timings.values()))
         phases = " ".join(f"{k} {v:.1f}" for k, v in timings.items() if k != "step")
         parts.append(f"time {total:.1f}s ({phases})" if phases else f"time {total:.1f}s")

@@ -34,6 +34,8 @@ _EXPORTS = {
     "ChatCodec": "roll_core.rollout.chat",
     "POLICIES": "roll_core.rollout.policies",
     "rollout_metrics": "roll_core.rollout.metrics",
+    "AgentTask": "roll_core.rollout.agents",
+    "AgentResult": "roll_core.rollout.agents",
 }
 
 __all__ = sorted(_EXPORTS)

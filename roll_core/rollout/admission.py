@@ -25,10 +25,13 @@ class Admission(abc.ABC):
     #: validation passes restart episode ids at 0 every ``get_batch``
     per_pass: bool = False
 
-    def __init__(self, num_groups: int):
+    def __init__(self, num_groups: int, max_per_group: int | None = None):
         self.num_groups = num_groups
         self.next_episode = [0] * num_groups
         self.returned: list[deque[int]] = [deque() for _ in range(num_groups)]
+        #: ``max_traj_per_env``: new episodes one group may start per ``get_batch`` (None: no cap)
+        self.max_per_group = max_per_group
+        self.started = [0] * num_groups
 
     def start_request(self, groups: int) -> None:
         """A ``get_batch`` asks for ``groups`` more complete groups."""
@@ -41,11 +44,16 @@ class Admission(abc.ABC):
         """May ``group_id`` start an episode now? ``busy`` = admitted but unconsumed group-episodes."""
 
     def take_episode(self, group_id: int) -> int:
-        if self.returned[group_id]:
+        if self.returned[group_id]:  # a re-admitted episode was counted when it first started
             return self.returned[group_id].popleft()
+        self.started[group_id] += 1
         episode = self.next_episode[group_id]
         self.next_episode[group_id] += 1
         return episode
+
+    def under_cap(self, group_id: int, planned: int = 0) -> bool:
+        """Whether ``group_id`` may start another episode in this ``get_batch`` (``max_traj_per_env``)."""
+        return self.max_per_group is None or self.started[group_id] + planned < self.max_per_group
 
     def give_back(self, group_id: int, episode_id: int) -> None:
         """An admitted episode will not come (its worker died): admit it again first (same seed)."""
@@ -78,12 +86,10 @@ class DemandAdmission(Admission):
     """
 
     def __init__(self, num_groups: int, max_per_group: int | None = None):
-        super().__init__(num_groups)
+        super().__init__(num_groups, max_per_group)
         self.demand = 0
-        self.max_per_group = max_per_group
         self.cursor = 0
         self.planned = [0] * num_groups
-        self.started = [0] * num_groups
 
     def start_request(self, groups: int) -> None:
         self.demand += groups
@@ -94,7 +100,7 @@ class DemandAdmission(Admission):
     def _plan_next(self) -> None:
         for _ in range(self.num_groups):
             group, self.cursor = self.cursor, (self.cursor + 1) % self.num_groups
-            if self.max_per_group is None or self.started[group] + self.planned[group] < self.max_per_group:
+            if self.under_cap(group, self.planned[group]):
                 self.planned[group] += 1
                 return
 
@@ -108,8 +114,6 @@ class DemandAdmission(Admission):
 
     def take_episode(self, group_id: int) -> int:
         self.planned[group_id] -= 1
-        if not self.returned[group_id]:  # a re-admitted episode was counted when it first started
-            self.started[group_id] += 1
         return super().take_episode(group_id)
 
     def give_back(self, group_id: int, episode_id: int) -> None:
@@ -143,12 +147,10 @@ class LookaheadAdmission(Admission):
     """
 
     def __init__(self, num_groups: int, ratio: float, max_per_group: int | None = None):
-        super().__init__(num_groups)
+        super().__init__(num_groups, max_per_group)
         self.ratio = ratio
         self.batch_groups = 0
         self.demand = 0
-        self.max_per_group = max_per_group
-        self.started = [0] * num_groups
 
     def start_request(self, groups: int) -> None:
         self.demand += groups
@@ -162,13 +164,7 @@ class LookaheadAdmission(Admission):
         return self.demand + int(self.ratio * self.batch_groups)
 
     def allows(self, group_id: int, busy: int) -> bool:
-        under_cap = self.max_per_group is None or self.started[group_id] < self.max_per_group
-        return busy < self.capacity() and under_cap
-
-    def take_episode(self, group_id: int) -> int:
-        if not self.returned[group_id]:
-            self.started[group_id] += 1
-        return super().take_episode(group_id)
+        return busy < self.capacity() and self.under_cap(group_id)
 
 
 class PlannedAdmission(Admission):

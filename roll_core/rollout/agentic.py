@@ -36,14 +36,17 @@ def batch_dict(batch: Any) -> dict[str, Any]:
 def trajectory_summary(trajectories: list[Any], prefix: str) -> dict[str, float]:
     """Success, reward and lengths per trajectory (the same for trajectory- and step-wise rows)."""
     n = max(len(trajectories), 1)
-    return {
+    valid = [float(t.metrics["action_is_valid"]) for t in trajectories if "action_is_valid" in t.metrics]
+    summary = {
         f"{prefix}/success": sum(float(t.metrics.get("success", 0.0)) for t in trajectories) / n,
         f"{prefix}/reward_mean": sum(float(t.episode_reward) for t in trajectories) / n,
         f"{prefix}/response_length": sum(float(t.response_length) for t in trajectories)
         / max(sum(t.num_steps for t in trajectories), 1),
         f"{prefix}/num_turns": sum(float(t.num_steps) for t in trajectories) / n,
-        f"{prefix}/action_is_valid": sum(float(t.metrics.get("action_is_valid", 0.0)) for t in trajectories) / n,
     }
+    if valid:  # envs report it; agents only when their code does
+        summary[f"{prefix}/action_is_valid"] = sum(valid) / len(valid)
+    return summary
 
 
 class AgenticRollout:

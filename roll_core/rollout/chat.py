@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 class ChatCodec:
@@ -34,9 +34,13 @@ class ChatCodec:
         # the Rust tokenizer encodes ~4x faster than the Python wrapper; same ids
         self._fast = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool,
+               tools: Sequence[dict] | None = None) -> str:
+        """The template's text of ``messages``; ``tools`` (OpenAI function specs) are rendered by the
+        template itself, as the model was trained to see them."""
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
+            **({"tools": list(tools)} if tools else {}),
         )
 
     def encode(self, text: str) -> list[int]:

@@ -19,6 +19,10 @@ fail ``max_consecutive_env_failures`` times in a row, or an episode that fails w
 fatal report naming the env tag, the last error and the setting to change; the queue hands it to
 the driver's ``get_batch``, which raises it.
 
+Agent tags (OpenAI-API agent code, :mod:`roll_core.rollout.agents`) run in the same loops: the
+worker starts an OpenAI-compatible gateway on first use, and an agent episode may deliver several
+samples (when the agent rewrote its history), all of one group member.
+
 Async training (``async_generation_ratio: k > 0``): a group whose oldest turn is more than k policy
 versions behind the newest one can never be trained on, so its episode is given up at once (all
 members stop, counted as ``stale``) and the queue admits fresh work in its place.
@@ -71,7 +75,7 @@ class Slot:
     """One admitted episode of a group, as the members fill it in."""
 
     ticket: Ticket
-    results: dict[int, Trajectory] = field(default_factory=dict)
+    results: dict[int, Trajectory | list[Trajectory]] = field(default_factory=dict)  # agents: their samples
     closed: bool = False  # complete or given up: running members stop
     abandoned: bool = False
     drop_reason: str = "group_abandoned"  # what members cut short by abandoning are counted as
@@ -193,12 +197,18 @@ class GroupRunner:
                     env = member.get_env()
                 except Exception as exc:
                     raise EpisodeFailure("env_error", f"building the env raised {type(exc).__name__}: {exc}") from exc
-                trajectory = await play_episode(
-                    manager.context, env, self.env_spec, ticket, member.member, member.policy,
-                    route_key=member.route_key, cancelled=lambda: slot.closed, frames=frames,
-                    wait_resumed=manager.wait_resumed,
-                    stale=functools.partial(self._stale, slot) if self.max_staleness > 0 else None,
-                )
+                stale = functools.partial(self._stale, slot) if self.max_staleness > 0 else None
+                if self.env_spec.is_agent:  # agent code through the gateway: a list of samples
+                    runtime = await manager.agent_runtime()
+                    trajectory = await runtime.play(env, self.env_spec, ticket, member.member,
+                                                    route_key=member.route_key, cancelled=lambda: slot.closed,
+                                                    stale=stale)
+                else:
+                    trajectory = await play_episode(
+                        manager.context, env, self.env_spec, ticket, member.member, member.policy,
+                        route_key=member.route_key, cancelled=lambda: slot.closed, frames=frames,
+                        wait_resumed=manager.wait_resumed, stale=stale,
+                    )
             except EpisodeCancelled:
                 if slot.abandoned:
                     manager.drop(slot.drop_reason)
@@ -251,7 +261,7 @@ class GroupRunner:
         slot.oldest = first if slot.oldest is None else min(slot.oldest, first)
         return latest - slot.oldest > self.max_staleness
 
-    def _deliver(self, slot: Slot, member: int, trajectory: Trajectory) -> None:
+    def _deliver(self, slot: Slot, member: int, trajectory: Trajectory | list[Trajectory]) -> None:
         if slot.closed:
             if slot.abandoned:
                 self.manager.drop(slot.drop_reason)
@@ -260,7 +270,8 @@ class GroupRunner:
         if len(slot.results) >= self.manager.spec.group_size:
             slot.closed = True
             self.given_up_in_row = 0
-            trajectories = [slot.results[m] for m in sorted(slot.results)]
+            trajectories = [t for m in sorted(slot.results)
+                            for t in (slot.results[m] if isinstance(slot.results[m], list) else [slot.results[m]])]
             self.manager.send_group(GroupResult(slot.ticket, self.env_spec.tag, trajectories))
 
     def _abandon(self, slot: Slot, reason: str, *, backoff: bool = True) -> None:
@@ -312,6 +323,7 @@ class EnvManagerCore:
         self.fatal_sent = False
         self.drop_log: dict[str, int] = defaultdict(int)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._agents: Any = None  # the AgentRuntime (gateway) of agent tags, started on first use
         # created here, bound to the loop thread on first use (pause() may come before run())
         self._outbox_event = asyncio.Event()
         self._resumed = asyncio.Event()
@@ -339,6 +351,16 @@ class EnvManagerCore:
         except Exception as exc:
             logger.warning("could not save frames of %s: %s", trajectory.traj_id, exc)
             return None
+
+    async def agent_runtime(self) -> Any:
+        """The OpenAI-compatible gateway agent tags play through (roll_core.rollout.agents)."""
+        if self._agents is None:
+            from roll_core.rollout.agents import AgentRuntime
+
+            self._agents = AgentRuntime(self.spec, self.codec, self.generate_scheduler,
+                                        worker_index=self.worker_index, wait_resumed=self.wait_resumed)
+        await self._agents.start()
+        return self._agents
 
     async def wait_resumed(self) -> None:
         if not self._resumed.is_set():
@@ -385,6 +407,8 @@ class EnvManagerCore:
         await asyncio.gather(*tasks, flusher, heartbeat, return_exceptions=True)
         if self.threads is not None:
             self.threads.shutdown()
+        if self._agents is not None:
+            await self._agents.stop()
 
     async def _heartbeat(self) -> None:
         """Report progress (env calls, generations) at least every few seconds while there is some."""

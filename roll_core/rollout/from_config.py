@@ -12,7 +12,7 @@ from typing import Any
 
 from roll_core.errors import ConfigError
 from roll_core.rollout.policies import check_policy
-from roll_core.rollout.spec import EnvSpec, RolloutSpec, partition_groups
+from roll_core.rollout.spec import EnvSpec, GatewaySpec, RolloutSpec, partition_groups
 from roll_core.strategies.base import SamplingParams
 
 #: mode -> (env manager section, batch size key)
@@ -44,8 +44,20 @@ def env_specs(run: Any, tags: list[str]) -> dict[str, EnvSpec]:
             extra = dict(max_steps=entry.max_steps, max_tokens_per_step=entry.max_tokens_per_step,
                          history_window=entry.history_length, system_template=entry.agent_system_template,
                          turn_template=entry.agent_template)
-        specs[tag] = EnvSpec(tag=tag, env=run.envs[tag], **extra)
+        binding = run.agents[tag] if tag in getattr(run, "agents", {}) else run.envs[tag]
+        specs[tag] = EnvSpec(tag=tag, env=binding, **extra)
     return specs
+
+
+def gateway_spec(config: Any) -> GatewaySpec:
+    """``agent_gateway`` as the env managers' gateways use it (a fresh API key unless one is set)."""
+    gateway = config.agent_gateway
+    values: dict[str, Any] = dict(host=gateway.host, port=gateway.port, max_request_bytes=gateway.max_request_bytes,
+                                  model_name=gateway.model_name or config.actor_infer.model_args.model_name_or_path
+                                  or config.pretrain or "policy")
+    if gateway.api_key:
+        values["api_key"] = gateway.api_key
+    return GatewaySpec(**values)
 
 
 def rollout_spec(run: Any, mode: str = "train", *, policy: str | None = None, **overrides: Any) -> RolloutSpec:
@@ -85,6 +97,7 @@ def rollout_spec(run: Any, mode: str = "train", *, policy: str | None = None, **
         max_consecutive_env_failures=manager.max_consecutive_env_failures,
         stall_timeout_s=manager.stall_timeout_s,
         plugins=dict(run.plugins),
+        gateway=gateway_spec(config),
     )
     values.update(overrides)
     return RolloutSpec(**values)

@@ -124,8 +124,10 @@ def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wai
     """The :class:`GenerateScheduler` actor in front of ``workers``."""
     import ray
 
+    from roll_core.distributed.placement import on_driver_node
     from roll_core.rollout.generate_scheduler import GenerateScheduler
 
-    return ray.remote(GenerateScheduler).options(num_cpus=0, max_concurrency=100_000).remote(
+    return ray.remote(GenerateScheduler).options(num_cpus=0, max_concurrency=100_000,
+                                                 scheduling_strategy=on_driver_node()).remote(
         workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s
     )

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from roll_core.rollout.trajectory import Trajectory
 
-#: per-trajectory env metrics averaged per tag as ``env/{tag}/{name}``
+#: per-trajectory env metrics averaged per tag as ``env/{tag}/{name}`` (with any others trajectories carry,
+#: such as an agent's own metrics and its tool-call counts)
 ENV_METRICS = ("success", "action_is_valid", "action_is_effective", "num_steps")
 #: drop reasons that are not lost work (a late duplicate delivery of an already-counted episode)
 NOT_DROPS = ("duplicate",)
@@ -47,8 +48,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
     for traj in trajectories:
         by_tag[traj.tag].append(traj)
     for tag, trajs in sorted(by_tag.items()):
-        for name in ENV_METRICS:
-            metrics[f"env/{tag}/{name}"] = _mean([t.metrics.get(name, 0.0) for t in trajs])
+        names = {name for t in trajs for name in t.metrics}  # agents report their own metrics
+        for name in (*[n for n in ENV_METRICS if n in names], *sorted(names - set(ENV_METRICS))):
+            metrics[f"env/{tag}/{name}"] = _mean([t.metrics[name] for t in trajs if name in t.metrics])
         metrics[f"env/{tag}/episode_reward"] = _mean([t.episode_reward for t in trajs])
     lengths = [t.response_length for t in trajectories]
     steps = sum(t.num_steps for t in trajectories)

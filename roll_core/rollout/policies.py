@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
+from roll_core.envs.base import has_solver
 from roll_core.envs.policies import POLICIES as TEXT_POLICIES
 from roll_core.errors import ConfigError
 from roll_core.rollout.chat import ChatCodec
@@ -101,7 +102,7 @@ class ScriptedPolicy(TextPolicy):
         self.fallback = TEXT_POLICIES["random"](seed)
 
     def choose(self, env: Any, observation: str) -> str:
-        if getattr(env, "solve", None) is None:
+        if not has_solver(env):
             return self.fallback(env, observation)
         return self.policy(env, observation)
 

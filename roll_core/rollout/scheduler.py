@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import time
 import uuid
 from typing import Any
 
+from roll_core.distributed.placement import on_driver_node
 from roll_core.errors import ConfigError, RollError
 from roll_core.rollout.batch import RolloutBatch, build_batch
 from roll_core.rollout.chat import ChatCodec, load_tokenizer
+from roll_core.rollout.env_python import prepare_all
 from roll_core.rollout.metrics import rollout_metrics
 from roll_core.rollout.policies import policy_needs_model
 from roll_core.rollout.spec import RolloutSpec, episode_seed
@@ -77,12 +80,18 @@ class RolloutScheduler:
         self.spec = spec
         self.batch_size = batch_size or spec.num_env_groups * spec.group_size
         self.batch_timeout_s = batch_timeout_s
+        # envs registered with `requirements` run in their own Python environment: built (or found)
+        # now, before any actor starts, so a failing `pip install` is reported and nothing leaks
+        pythons = [spec.worker_python_env(i) for i in range(spec.num_workers)]
+        self.env_pythons = prepare_all([p for p in pythons if p is not None], log=_progress)
         self.codec = ChatCodec(load_tokenizer(tokenizer))
         self.version = 0
         self._tokenizer_ref = ray.put(self.codec.tokenizer)
         self.queue_name = f"roll-rollout-{spec.mode}-{uuid.uuid4().hex[:12]}"
-        self.queue = ray.remote(GroupQueue).options(
-            name=self.queue_name, num_cpus=0, max_concurrency=spec.num_env_groups + 64
+        self.queue = ray.remote(GroupQueue).options(  # the config's env vars: it unpickles the env specs too
+            name=self.queue_name, num_cpus=0, max_concurrency=spec.num_env_groups + 64,
+            scheduling_strategy=on_driver_node(),  # the rollout's state: it must outlive any lost node
+            **_runtime_env(worker_env_vars, None, {}),
         ).remote(
             mode=spec.mode, num_groups=spec.num_env_groups, group_size=spec.group_size,
             seed_fn=functools.partial(episode_seed, spec),
@@ -95,18 +104,20 @@ class RolloutScheduler:
         options: dict[str, Any] = dict(num_cpus=spec.worker_num_cpus, max_restarts=spec.worker_max_restarts,
                                        max_task_retries=0, scheduling_strategy="SPREAD",
                                        resources=dict(spec.worker_resources))
-        if worker_env_vars:
-            options["runtime_env"] = {"env_vars": dict(worker_env_vars)}
         actor = ray.remote(EnvManager)
         self.workers = [
-            actor.options(**options).remote(spec, i, self.queue_name)
-            for i in range(spec.num_workers)
+            actor.options(**options, **_runtime_env(worker_env_vars, python, self.env_pythons)).remote(
+                spec, i, self.queue_name)
+            for i, python in enumerate(pythons)
         ]
         try:
             infos = ray.get([w.ready.remote() for w in self.workers], timeout=start_timeout_s)
         except Exception as exc:
             self.shutdown()
-            raise RollError(f"the {spec.mode} env managers failed to start: {_cause(exc)}") from exc
+            own = "".join(f" (env {p.spec.env!r} runs in its own Python environment, {p.root}, with "
+                          f"{p.spec.describe()}: a requirement there may clash with what roll itself imports)"
+                          for p in self.env_pythons.values())
+            raise RollError(f"the {spec.mode} env managers failed to start: {_cause(exc)}{own}") from exc
         self.worker_info = infos
         ray.get(self.queue.set_workers.remote(self.workers))
         self.closed = False
@@ -173,13 +184,26 @@ class RolloutScheduler:
         import ray
 
         ray.get(self.queue.pause.remote())
-        ray.get([w.pause.remote() for w in self.workers])
+        self._tell_workers("pause")
 
     def resume(self) -> None:
         import ray
 
-        ray.get([w.resume.remote() for w in self.workers])
-        ray.get(self.queue.resume.remote())
+        ray.get(self.queue.resume.remote())  # first: an env manager attaching from now on starts resumed
+        self._tell_workers("resume")
+
+    def _tell_workers(self, method: str) -> None:
+        """Call ``method`` on every env manager; one that is being restarted (its node was lost, it
+        crashed) is skipped: it reads the queue's paused state when it attaches again."""
+        import ray
+
+        calls = [getattr(w, method).remote() for w in self.workers]
+        for index, call in enumerate(calls):
+            try:
+                ray.get(call)
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError) as exc:
+                logger.warning("%s rollout: env manager %d did not take %s (%s); it follows the queue when it is back",
+                               self.spec.mode, index, method, type(exc).__name__)
 
     def state_dict(self) -> dict[str, Any]:
         """The rollout's part of a checkpoint: per-group episode counters (hence seeds), version, pass."""
@@ -225,6 +249,20 @@ class RolloutScheduler:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _runtime_env(env_vars: dict[str, str] | None, python: Any, prepared: dict[str, Any]) -> dict[str, Any]:
+    """Ray options of one env-manager actor: the config's env vars, and its env's own Python if any."""
+    runtime_env: dict[str, Any] = {}
+    if env_vars:
+        runtime_env["env_vars"] = dict(env_vars)
+    if python is not None:
+        runtime_env.update(prepared[python.key].runtime_env())
+    return {"runtime_env": runtime_env} if runtime_env else {}
+
+
+def _progress(message: str) -> None:
+    print(f"roll: {message}", file=sys.stderr, flush=True)
 
 
 def _cause(exc: BaseException) -> str:

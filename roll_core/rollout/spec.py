@@ -7,13 +7,14 @@ actor start-up light and lets tests build a rollout without a YAML file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import math
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from roll_core.config.run import EnvBinding
+from roll_core.config.run import AgentBinding, EnvBinding
 from roll_core.errors import ConfigError
 from roll_core.strategies.base import SamplingParams
 
@@ -28,12 +29,34 @@ class EnvSpec:
     """One env type as ``custom_envs[tag]`` describes it, bound to its registration and config."""
 
     tag: str
-    env: EnvBinding  # the registration and validated env_config (roll_core.config.resolve binds it)
-    max_steps: int | None = None  # turns per episode (``custom_envs.<tag>.max_steps``)
+    #: the registration and validated env_config (roll_core.config.resolve binds it); an
+    #: :class:`AgentBinding` for tags played by OpenAI-API agent code (roll_core.rollout.agents)
+    env: EnvBinding | AgentBinding
+    max_steps: int | None = None  # turns per episode (``custom_envs.<tag>.max_steps``); agents: model calls
     max_tokens_per_step: int | None = None  # caps max_new_tokens of every turn
     history_window: int | None = None  # step-wise rollouts: turns of history in each prompt (None: all)
     system_template: str | None = None  # ``agent_system_template``: replaces / wraps the env instruction
     turn_template: str | None = None  # ``agent_template``: the per-turn user message (roll_core.envs.prompt)
+
+    @property
+    def is_agent(self) -> bool:
+        """Whether agent code plays this tag (through the gateway) rather than a text env."""
+        return isinstance(self.env, AgentBinding)
+
+
+def new_api_key() -> str:
+    return "roll-" + secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """The OpenAI-compatible gateway of agent tags (``agent_gateway`` in the config; roll_core.gateway)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port; else env-manager worker i listens on port + i
+    api_key: str = field(default_factory=new_api_key, repr=False)  # a new one per rollout unless the config sets one
+    model_name: str = "policy"  # the id /v1/models serves and requests must name
+    max_request_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,7 @@ class RolloutSpec:
     worker_resources: Mapping[str, float] = field(default_factory=dict)  # Ray resources per env-manager actor
     #: distribution -> version of the run's plugins; env-manager workers check theirs against it
     plugins: Mapping[str, str] = field(default_factory=dict)
+    gateway: GatewaySpec = field(default_factory=GatewaySpec)  # used by agent tags only
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -94,6 +118,13 @@ class RolloutSpec:
         for env in self.envs.values():
             if env.history_window is not None and env.history_window < 0:
                 raise ConfigError(f"custom_envs.{env.tag}.history_length must be >= 0 (or null: all turns)")
+            if env.is_agent and (env.history_window is not None or env.system_template or env.turn_template):
+                raise ConfigError(f"custom_envs.{env.tag}: agent code writes its own prompts and history; "
+                                  "history_length, agent_template and agent_system_template do not apply")
+            if env.is_agent and self.policy == "random":
+                raise ConfigError(f"the {self.mode} rollout's policy is 'random', but the tag {env.tag!r} is played "
+                                  "by agent code, which has no random actions; use the model or 'scripted' "
+                                  "(the agent's expert)")
 
     @property
     def manager_key(self) -> str:
@@ -114,12 +145,35 @@ class RolloutSpec:
 
     @property
     def num_workers(self) -> int:
-        return math.ceil(self.num_env_groups / self.groups_per_worker)
+        return len(self.worker_layout)
+
+    @functools.cached_property
+    def worker_layout(self) -> tuple[tuple[int, ...], ...]:
+        """Group ids of each env-manager worker: whole groups, consecutive ids, ``groups_per_worker``
+        at most, and only envs of one Python environment per worker (an env registered with
+        ``requirements`` runs in its own, :mod:`roll_core.rollout.env_python`)."""
+        layout: list[tuple[int, ...]] = []
+        current: list[int] = []
+        current_key: str | None = None
+        for group, tag in enumerate(self.group_tags):
+            python_env = self.envs[tag].env.python_env
+            key = python_env.key if python_env is not None else None
+            if current and (len(current) >= self.groups_per_worker or key != current_key):
+                layout.append(tuple(current))
+                current = []
+            current_key = key
+            current.append(group)
+        if current:
+            layout.append(tuple(current))
+        return tuple(layout)
 
     def worker_groups(self, worker_index: int) -> list[int]:
-        """Group ids hosted by worker ``worker_index`` (whole groups, consecutive ids)."""
-        per = self.groups_per_worker
-        return list(range(worker_index * per, min(self.num_env_groups, (worker_index + 1) * per)))
+        """Group ids hosted by worker ``worker_index`` (see :attr:`worker_layout`)."""
+        return list(self.worker_layout[worker_index])
+
+    def worker_python_env(self, worker_index: int) -> Any:
+        """The Python environment worker ``worker_index`` runs in (an ``EnvPython``), or None: the trainer's."""
+        return self.envs[self.group_tags[self.worker_layout[worker_index][0]]].env.python_env
 
     def with_(self, **changes: Any) -> RolloutSpec:
         return replace(self, **changes)

@@ -143,19 +143,25 @@ class IncrementalPrompt:
 
     incremental = True
 
-    def __init__(self, codec: ChatCodec):
+    def __init__(self, codec: ChatCodec, ids: list[int] | None = None, text: str = "", closed: bool = True):
+        """A new stream, or (``ids``, ``text``) continued: the agent gateway resumes a call's stream."""
         self.codec = codec
-        self.ids: list[int] = []  # everything emitted so far (prompts and responses)
-        self.text = ""  # the text those ids encode
-        self._last_response_closed = True
+        self.ids: list[int] = list(ids or [])  # everything emitted so far (prompts and responses)
+        self.text = text  # the text those ids encode
+        self._last_response_closed = closed
 
     @property
     def length(self) -> int:
         return len(self.ids)
 
-    def prompt(self, messages: list[Message]) -> PromptPiece:
-        """The tokens to append so that the stream renders ``messages`` plus a generation prompt."""
-        full = self.codec.render(messages, add_generation_prompt=True)
+    def prompt(self, messages: list[Message], *, history: int | None = None,
+               tools: list[dict] | None = None) -> PromptPiece:
+        """The tokens to append so that the stream renders ``messages`` plus a generation prompt.
+
+        ``history``: how many of ``messages`` the stream already holds (default: all but the last);
+        ``tools`` are rendered by the template as well.
+        """
+        full = self.codec.render(messages, add_generation_prompt=True, tools=tools)
         if full.startswith(self.text):
             delta = full[len(self.text):]
             return PromptPiece(self.codec.encode(delta), delta)
@@ -163,7 +169,8 @@ class IncrementalPrompt:
         # reasoning, normalises whitespace, or the model stopped on a different special token).
         # Keep the generated tokens and append what the template puts after the last assistant
         # message: the rest of its end-of-turn text, then the new messages.
-        base = self.codec.render(messages[:-1], add_generation_prompt=False)
+        held = len(messages) - 1 if history is None else history
+        base = self.codec.render(messages[:held], add_generation_prompt=False, tools=tools)
         start = len(base) if full.startswith(base) else _common_prefix_length(full, base)
         eot = self.codec.decode(self.codec.end_of_turn_ids)
         cut = base.rfind(eot, 0, start) if eot else -1

@@ -10,6 +10,10 @@ fixed in one pass. The checks are what roll relies on at scale:
 * ``max_steps`` truncation, and ``step`` after the end raising;
 * an invalid response costs ``format_penalty`` and leaves the state unchanged;
 * the parser round trip (``format`` an action word, ``parse`` it back, any case);
+* the prompt the model sees: ``example_action()`` is a bare action word (not already wrapped in
+  the action pattern, which would double the tags in every prompt) that parses back to itself;
+  the instruction and observations are non-empty, show the answer format with the parser's own
+  tags, and hold no unfilled ``{placeholder}`` or chat-template token (``<|im_start|>``);
 * the ``text`` and ``rgb_array`` render modes;
 * the config model rejects unknown keys; the env (and the plugin entry module) import no torch/ray.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +39,12 @@ from roll_core.registry import Registry
 #: modules an env or a plugin entry module must never import
 HEAVY_MODULES = ("torch", "ray", "vllm", "transformers", "deepspeed", "sglang", "megatron")
 METRIC_KEYS = ("success", "action_is_valid", "action_is_effective")
+#: ``{name}`` left in a prompt: a format string that was never filled (a missing ``f`` prefix)
+UNFILLED_PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+#: chat-template control tokens (``<|im_start|>``, ``<|eot_id|>``): in env text they break the chat format
+CHAT_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
+#: ``<tag>...</tag>`` pairs, to compare the format an instruction shows with the parser's pattern
+TAG_PAIR = re.compile(r"<([A-Za-z_][\w-]*)>.*?</\1>", re.DOTALL)
 INVALID_RESPONSE = "I am not sure what to do here."
 
 
@@ -42,10 +53,13 @@ class EnvCheckError(AssertionError):
 
 
 @dataclass
-class EnvCheckReport:
-    """What :func:`check_env` found: checks that passed, failures, and notes (skipped checks)."""
+class CheckReport:
+    """What a contract check found: checks that passed, failures, and notes (skipped checks)."""
 
-    env: str
+    #: the check's name in the summary line
+    CHECK = "check"
+
+    subject: str
     passed: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -55,10 +69,20 @@ class EnvCheckReport:
         return not self.failures
 
     def __str__(self) -> str:
-        lines = [f"check_env({self.env}): {len(self.passed)} passed, {len(self.failures)} failed"]
+        lines = [f"{self.CHECK}({self.subject}): {len(self.passed)} passed, {len(self.failures)} failed"]
         lines += [f"  FAIL {f}" for f in self.failures]
         lines += [f"  note {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+class EnvCheckReport(CheckReport):
+    """What :func:`check_env` found."""
+
+    CHECK = "check_env"
+
+    @property
+    def env(self) -> str:
+        return self.subject
 
 
 @dataclass
@@ -311,6 +335,64 @@ def _check_parser(s: _Subject, seeds: Sequence[int]) -> None:
         _expect(not parsed.is_valid, f"parse({junk!r}) must be invalid")
 
 
+def _check_prompt(s: _Subject, seeds: Sequence[int]) -> None:
+    from roll_core.envs.parser import _pattern_tags
+    from roll_core.envs.prompt import Conversation, format_example
+
+    env = s.make()
+    observation, info = env.reset(seed=seeds[0])
+    example = env.example_action()
+    _expect(isinstance(example, str) and example.strip(),
+            f"example_action() must return a non-empty action word, got {example!r}")
+    shown = format_example(env)
+    inner = env.parser.parse(example)
+    _expect(inner.content is None or not env.parser.pattern.search(example),
+            f"example_action() returned {example!r}, which is already wrapped in the action pattern, so every "
+            f"prompt shows the answer format as {shown!r}; return the bare action word ({inner.content!r}): "
+            "roll wraps it with the env's action pattern itself")
+    _expect(example == example.strip() and "\n" not in example,
+            f"example_action() {example!r} has surrounding whitespace or a line break; the prompt shows {shown!r}")
+    parsed = env.parse(shown)
+    _expect(parsed.content == example,
+            f"the answer format shown to the model, {shown!r}, parses back to {parsed.content!r} instead of "
+            f"{example!r}; check action_pattern (one capture group around the action)")
+    if env.action_lookup is not None:
+        _expect(parsed.is_valid, f"example_action() {example!r} is not an action word of action_lookup "
+                f"({', '.join(map(str, list(env.action_lookup)[:8]))}); the model would copy an invalid action")
+    open_tag, _ = _pattern_tags(env.parser.pattern.pattern)
+    tags = {f"<{t}>" for t in TAG_PAIR.findall(env.instruction)}
+    _expect(not tags or open_tag.lower() in {t.lower() for t in tags},
+            f"the instruction shows answers as {' / '.join(sorted(tags))}...; but the parser reads "
+            f"{env.parser.pattern.pattern!r}, so a model following the instruction is never understood; write "
+            "the format with the parser's tags (self.parser.format(word) builds it)")
+    texts = [("the instruction", env.instruction), ("the reset observation", observation)]
+    rng = np.random.default_rng(seeds[0])
+    for turn in range(2, 5):  # a few steps in: observations after actions build prompts too
+        observation, _, terminated, truncated, _ = env.step(env.sample_action(rng))
+        if terminated or truncated:
+            break
+        texts.append((f"the observation of turn {turn}", observation))
+    for what, text in texts:
+        _expect(isinstance(text, str) and text.strip(), f"{what} is empty: the model would see no state")
+        placeholder = UNFILLED_PLACEHOLDER.search(text)
+        _expect(placeholder is None, f"{what} holds {placeholder.group(0) if placeholder else ''!r}, a format "
+                f"placeholder that was never filled (a missing f-prefix?): {_excerpt(text, placeholder)}")
+        token = CHAT_TOKEN.search(text)
+        _expect(token is None, f"{what} holds the chat-template token {token.group(0) if token else ''!r}, which "
+                "breaks the chat format the model is trained on; remove it from the env's text")
+    conversation = Conversation.for_env(env)
+    message = conversation.observe(texts[1][1], actions_left=env.config.max_steps)
+    _expect(message["content"].count(shown) == 1,
+            f"the first turn's prompt should show the answer format {shown!r} once:\n{message['content']}")
+
+
+def _excerpt(text: str, match: re.Match | None, width: int = 40) -> str:
+    if match is None:
+        return ""
+    start, end = max(0, match.start() - width), min(len(text), match.end() + width)
+    return repr(("..." if start else "") + text[start:end] + ("..." if end < len(text) else ""))
+
+
 def _free_form_words(env: TextEnv) -> list[str]:
     try:
         return [str(w) for w in env.valid_actions()[:5]]
@@ -359,6 +441,7 @@ def check_env(env: str | type[TextEnv], env_config: Mapping[str, Any] | EnvConfi
         ("random episode", lambda: _check_episode(subject, seeds)),
         ("render modes", lambda: _check_render(subject, seeds, rgb, report)),
         ("parser round trip", lambda: _check_parser(subject, seeds)),
+        ("prompt", lambda: _check_prompt(subject, seeds)),
         ("seed determinism", lambda: _check_determinism(subject, seeds, steps)),
     ]
     if subprocess_check:

@@ -24,36 +24,21 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.errors import PluginError
 from roll_core.registry import Registration, Registry
-from roll_core.testing.env_checks import HEAVY_MODULES
+from roll_core.testing.env_checks import HEAVY_MODULES, CheckReport
 
 
 class StrategyCheckError(AssertionError):
     """A strategy broke the contract; the message lists every failed check."""
 
 
-@dataclass
-class StrategyCheckReport:
-    """What :func:`check_strategy` found: checks that passed, failures, and notes (skipped checks)."""
+class StrategyCheckReport(CheckReport):
+    """What :func:`check_strategy` found."""
 
-    strategy: str
-    passed: list[str] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def __str__(self) -> str:
-        lines = [f"check_strategy({self.strategy}): {len(self.passed)} passed, {len(self.failures)} failed"]
-        lines += [f"  FAIL {f}" for f in self.failures]
-        lines += [f"  note {n}" for n in self.notes]
-        return "\n".join(lines)
+    CHECK = "check_strategy"
 
 
 class _Skip(Exception):

@@ -293,3 +293,11 @@ def test_seq_mean_token_sum_norm_takes_t_from_the_config():
     loss = torch.ones(2, 2)
     value = agg_loss(loss, batch["response_mask"][:, 1:], "seq-mean-token-sum-norm", normalisers=norm)
     assert float(value) == pytest.approx(3 / 8)
+
+
+def test_a_group_of_equal_rewards_is_exactly_zero_under_group_mean():
+    """Found by hypothesis: with group mean and batch std, 3 x 3.5682779 averages to a float one ulp
+    off, and the group got advantages of 1e-7 instead of 0."""
+    x = torch.tensor([3.5682779131611113] * 3 + [0.0] * 3)
+    assert reward_norm(x, 3, "group", "batch").abs().max() == 0
+    assert agentic_reward_norm(x, ["a"] * 3 + ["b"] * 3, "group", None).abs().max() == 0

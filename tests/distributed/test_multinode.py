@@ -72,7 +72,10 @@ def start(tmp: Path, steps: int, **extra: str):
         try:
             outcome["code"] = pipeline.run()
         except Exception as exc:  # noqa: BLE001  # the test asserts on it
+            import traceback
+
             outcome["error"] = exc
+            outcome["traceback"] = traceback.format_exc()
         finally:
             pipeline.shutdown()
 

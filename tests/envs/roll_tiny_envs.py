@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll_core.envs import EnvConfig, StepOutcome, TextEnv
 
@@ -62,3 +62,16 @@ class HashOrderEnv(CounterEnv):
 
     def render_text(self) -> str:
         return "".join(sorted({"alpha", "beta", "gamma", "delta"}, key=hash)) + f" value={self.value}"
+
+
+class AssigningConfig(CounterConfig):
+    """Normalises ``goal`` by assigning in an after-validator: fails, since env configs are frozen."""
+
+    @model_validator(mode="after")
+    def _positive(self) -> AssigningConfig:
+        self.goal = abs(self.goal)
+        return self
+
+
+class AssigningEnv(CounterEnv):
+    config_model = AssigningConfig

@@ -54,3 +54,12 @@ def test_target_must_be_a_text_env(registry):
 def test_installed_plugins_resolve_through_the_global_registry():
     assert resolve_env("SimpleSokoban").name == "sokoban"
     assert resolve_env("FrozenLake").name == "frozen_lake"
+
+
+def test_assigning_in_a_validator_of_a_frozen_env_config_says_which_validator_to_use(registry):
+    registry.add(Registration(kind="env", name="assigning", target="roll_tiny_envs:AssigningEnv", plugin="tests"))
+    with pytest.raises(ConfigError) as info:
+        make_env("assigning", {"goal": 3}, registry=registry)
+    message = str(info.value)
+    assert "env_config.goal: a validator of AssigningConfig assigned to it, but configs are frozen" in message
+    assert "field_validator" in message and "model_validator(mode='before')" in message

@@ -17,7 +17,7 @@ def _registry():
 
 def test_a_good_env_passes_every_check():
     report = check_env(CounterEnv)
-    assert report.ok and "determinism across processes" in report.passed and len(report.passed) == 9
+    assert report.ok and "determinism across processes" in report.passed and len(report.passed) == 10
 
 
 def test_by_tag_from_a_registry_with_preset_defaults():
@@ -51,6 +51,63 @@ def test_every_failure_is_listed_at_once():
     with pytest.raises(EnvCheckError) as info:
         check_env(Broken)
     assert "reset/step types" in str(info.value) and "render modes" in str(info.value)
+
+
+def _prompt_failure(cls) -> str:
+    report = check_env(cls, raise_on_failure=False, subprocess_check=False)
+    failures = [f for f in report.failures if f.startswith("prompt:")]
+    assert len(failures) == 1, report
+    return failures[0]
+
+
+def test_a_formatted_example_action_is_caught_as_doubled_tags():
+    class Doubled(CounterEnv):
+        def example_action(self):  # the mistake of issue 23: the parser-formatted action
+            return self.parser.format("Inc")
+
+    failure = _prompt_failure(Doubled)
+    assert "'<answer><answer>Inc</answer></answer>'" in failure and "return the bare action word ('Inc')" in failure
+
+
+def test_an_example_action_outside_the_lookup_is_caught():
+    class Unknown(CounterEnv):
+        def example_action(self):
+            return "Increment"
+
+    assert "'Increment' is not an action word of action_lookup (Inc, Dec)" in _prompt_failure(Unknown)
+
+
+def test_an_instruction_showing_other_tags_than_the_parser_reads_is_caught():
+    class OtherTags(CounterEnv):
+        def default_instruction(self):
+            return f"Reach {self.config.goal}. Answer <action>Inc</action> or <action>Dec</action>."
+
+    assert "shows answers as <action>" in _prompt_failure(OtherTags)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Reach {goal} by counting.", "'{goal}', a format placeholder that was never filled"),
+    ("<|im_start|>system Reach the goal.", "the chat-template token '<|im_start|>'"),
+    ("   ", "the instruction is empty"),
+])
+def test_malformed_instructions_are_caught(text, expected):
+    class Malformed(CounterEnv):
+        def default_instruction(self):
+            return text
+
+    assert expected in _prompt_failure(Malformed)
+
+
+def test_an_empty_observation_after_a_step_is_caught():
+    class Blank(CounterEnv):
+        def render_text(self):
+            return "" if self.num_steps else f"value={self.value}"
+
+        def observation(self):
+            return self.render_text()
+
+    report = check_env(Blank, raise_on_failure=False, subprocess_check=False)
+    assert any("the observation of turn 2 is empty" in f for f in report.failures), report
 
 
 def test_smoke_rollout_random_and_scripted():

@@ -62,6 +62,25 @@ def test_chat_template_is_chatml(tiny_dir):
     assert tok.decode(ids) == prompt
 
 
+def test_chat_template_renders_tools_hermes_style_and_plain_chats_as_chatml(tiny_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A "}]
+    assert tok.apply_chat_template(chat, tokenize=False) == "".join(
+        f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in chat)  # unchanged without tools
+    tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
+    call = {"type": "function", "function": {"name": "guess", "arguments": {"number": 8}}}
+    text = tok.apply_chat_template([*chat[:2], {"role": "assistant", "content": "", "tool_calls": [call]},
+                                    {"role": "tool", "content": "higher"}], tools=tools, tokenize=False,
+                                   add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nS\n\nTools you may call:\n<tools>\n"
+                           '{"name": "guess", "parameters": {"type": "object"}}\n</tools>\n')
+    assert text.count("<|im_start|>system") == 1  # the system message is merged into the tools block
+    assert text.endswith('<|im_start|>assistant\n<tool_call>{"name": "guess", "arguments": {"number": 8}}</tool_call>'
+                         "<|im_end|>\n<|im_start|>tool\nhigher<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_tokenizer_covers_any_text_and_keeps_tags_whole(tiny_dir):
     from transformers import AutoTokenizer
 

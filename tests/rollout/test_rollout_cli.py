@@ -58,3 +58,12 @@ def test_rollout_command_reports_config_errors(no_ray, capsys):
                  "train_env_manager.num_groups_partition=[128]", "--policy", "random"])
     assert code == 1
     assert "NoSuchEnv" in capsys.readouterr().err
+
+
+def test_rollout_dump_that_cannot_be_written_fails_before_starting(no_ray, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code = main(["rollout", SEED_CONFIG, "--policy", "random", "--dump", str(blocker / "trajs.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 1 and "--dump" in err and "cannot write the trajectories there" in err
+    assert "Traceback" not in err  # and no_ray checks that no Ray cluster was started

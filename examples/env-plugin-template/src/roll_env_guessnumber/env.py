@@ -109,8 +109,13 @@ class GuessNumberEnv(TextEnv):
         return grid_to_rgb(row[None, :], self._tiles)
 
     def valid_actions(self) -> list[str]:
-        """Numbers still consistent with the hints (what random and scripted play choose from)."""
+        """Numbers still consistent with the hints: a subset of the accepted actions (any number in
+        ``[low, high]`` is valid), the ones worth playing, which random play chooses from."""
         return [str(n) for n in range(self.lo, self.hi + 1)]
+
+    def example_action(self) -> str:
+        """The bare middle number (roll wraps it in ``<answer>...</answer>`` for the prompt)."""
+        return str((self.config.low + self.config.high) // 2)
 
     def solve(self) -> list[str]:
         """The guesses binary search makes from here (it knows the hints, not the secret)."""

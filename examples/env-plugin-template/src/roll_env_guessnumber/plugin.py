@@ -4,7 +4,7 @@ Registration only: the env is named by its import path and imported when a confi
 loading this module costs nothing and never imports torch, ray or the env itself.
 """
 
-from roll_core.hookspecs import hookimpl
+from roll_core import hookimpl
 
 
 @hookimpl
