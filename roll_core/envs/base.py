@@ -25,6 +25,7 @@ Subclasses declare a pydantic ``config_model`` (a subclass of :class:`EnvConfig`
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -34,6 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from roll_core.envs.parser import DEFAULT_ACTION_PATTERN, ActionParser, ParsedAction
 
 RENDER_MODES = ("text", "rgb_array")
+
+
+@functools.lru_cache(maxsize=1)
+def _text_space() -> gym.spaces.Text:
+    """The observation and action space of every text env: any text up to 64 Ki characters."""
+    return gym.spaces.Text(max_length=1 << 16)
 
 
 class EnvConfig(BaseModel):
@@ -90,6 +97,11 @@ class TextEnv(gym.Env, abc.ABC):
     config_model: ClassVar[type[EnvConfig]] = EnvConfig
     #: action word -> env action; ``None`` means free-form text actions validated by ``_step``.
     action_lookup: ClassVar[dict[str, Any] | None] = None
+    #: ``reset`` and ``step`` only compute (no I/O, no waiting, bounded work): the env manager calls
+    #: them on its event loop instead of handing each call to a worker thread, which costs more CPU
+    #: than a cheap step itself. No ``env_step_timeout_s`` applies to such calls (a hang stops the
+    #: rollout through ``stall_timeout_s``), so leave it False for envs that call out (web, tools).
+    inline_calls: ClassVar[bool] = False
 
     def __init__(self, config: EnvConfig | dict[str, Any] | None = None, **overrides: Any):
         """Validate ``config`` (a mapping, or an instance of :attr:`config_model`) into ``self.config``.
@@ -108,8 +120,9 @@ class TextEnv(gym.Env, abc.ABC):
             pattern=config.action_pattern,
             require_pattern=config.require_action_pattern,
         )
-        self.observation_space = gym.spaces.Text(max_length=1 << 16)
-        self.action_space = gym.spaces.Text(max_length=1 << 16)
+        # one shared space object: a Text space holds its charset (~12 KiB), and an env manager hosts
+        # hundreds of envs
+        self.observation_space = self.action_space = _text_space()
         self.render_mode = "text"
         self.num_steps = 0
         self.episode_reward = 0.0

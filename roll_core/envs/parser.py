@@ -57,6 +57,7 @@ class ActionParser:
         self.lookup = None if lookup is None else {_norm(k): v for k, v in lookup.items()}
         self.require_pattern = require_pattern
         self._delimiters = _delimiters(pattern)
+        self._tags = _pattern_tags(pattern)
 
     def find(self, text: str) -> str | None:
         """What the first match of the pattern captures, or None (linear in ``text``)."""
@@ -84,7 +85,7 @@ class ActionParser:
 
     def format(self, action_word: str) -> str:
         """The canonical response text for ``action_word`` (inverse of :meth:`parse`)."""
-        open_tag, close_tag = _pattern_tags(self.pattern.pattern)
+        open_tag, close_tag = self._tags
         return f"{open_tag}{action_word}{close_tag}"
 
 

@@ -8,10 +8,14 @@ It imports transformers lazily and never torch, so env-manager actors stay light
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 Message = dict[str, Any]
+
+#: texts (and rendered conversations) a codec remembers; the oldest is forgotten first
+CACHE_SIZE = 512
 
 
 class ChatCodec:
@@ -33,24 +37,56 @@ class ChatCodec:
         self.special_ids = frozenset(tokenizer.all_special_ids)
         # the Rust tokenizer encodes ~4x faster than the Python wrapper; same ids
         self._fast = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+        # decoding through it is the wrapper's decode whenever the wrapper adds no clean-up of its own
+        self._fast_decode = self._fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False)
+        self._encoded: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._rendered: OrderedDict[tuple, str] = OrderedDict()
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool,
                tools: Sequence[dict] | None = None) -> str:
         """The template's text of ``messages``; ``tools`` (OpenAI function specs) are rendered by the
-        template itself, as the model was trained to see them."""
-        return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
-            **({"tools": list(tools)} if tools else {}),
-        )
+        template itself, as the model was trained to see them. Plain-text conversations without tools
+        are remembered for the last few hundred renders (the members of a group render the same
+        first turns; jinja's set-up is most of a render)."""
+        key = None
+        if not tools:
+            try:
+                key = (add_generation_prompt, *(tuple(m.items()) for m in messages))
+                hash(key)
+            except (TypeError, AttributeError):  # content that is not plain text: render every time
+                key = None
+        text = self._rendered.get(key) if key is not None else None
+        if text is None:
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
+                **({"tools": list(tools)} if tools else {}),
+            )
+            if key is not None:
+                _remember(self._rendered, key, text)
+        return text
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added), remembered for the last few hundred texts.
+
+        Why a cache: tokenising is the largest CPU cost of an env loop, and the same texts come back
+        all the time: the members of a group start from one instance, so their first prompts (the
+        system message with the env's instruction, the first observation) are identical, later
+        turns often are too, and a model-free policy answers with a handful of action texts.
+        """
         if not text:
             return []
-        if self._fast is not None:
-            return self._fast.encode(text, add_special_tokens=False).ids
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._encoded.get(text)
+        if ids is None:
+            if self._fast is not None:
+                ids = tuple(self._fast.encode(text, add_special_tokens=False).ids)
+            else:
+                ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            _remember(self._encoded, text, ids)
+        return list(ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        if self._fast_decode:
+            return self._fast.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def response_texts(self, ids: Sequence[int]) -> tuple[str, str]:
@@ -80,3 +116,13 @@ def load_tokenizer(source: Any) -> Any:
     from roll_core.models import load_tokenizer as load_model_tokenizer
 
     return load_model_tokenizer(source)
+
+
+def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
+    """Add ``key`` to a bounded cache, dropping the oldest entry once it holds :data:`CACHE_SIZE`."""
+    cache[key] = value
+    if len(cache) > CACHE_SIZE:
+        try:
+            cache.popitem(last=False)
+        except KeyError:  # another thread emptied it meanwhile
+            pass

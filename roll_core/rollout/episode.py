@@ -3,7 +3,8 @@
 :func:`play_episode` is the per-env loop body of the env manager. It never waits for another env;
 it awaits only its own generation and its own env calls. Env calls run in a pool thread with a
 timeout when ``step_timeout_s`` is set (:mod:`roll_core.rollout.env_threads`), so a hung ``step``
-costs only its own trajectory and never a thread of the pool. Failures are raised as
+costs only its own trajectory and never a thread of the pool; envs whose calls only compute
+(``TextEnv.inline_calls``) are called on the event loop, which is cheaper than the thread hop. Failures are raised as
 :class:`EpisodeFailure` with a reason the metrics count by; every env call and generation that
 completes advances :attr:`EpisodeContext.progress` (what the stall bound watches).
 """
@@ -55,11 +56,12 @@ class EpisodeContext:
     progress: int = 0  # env calls and generations completed (the stall bound watches it)
 
     async def call_env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)`` on the env, in a pool thread under the step timeout when one is set."""
+        """``fn(*args)`` on the env, in a pool thread under the step timeout when one is set, inline
+        when the env says its calls never block (``inline_calls``)."""
         timeout = self.spec.step_timeout_s
         name = getattr(fn, "__name__", "env call")
         try:
-            if not timeout or self.threads is None:
+            if not timeout or self.threads is None or getattr(getattr(fn, "__self__", None), "inline_calls", False):
                 result = fn(*args, **kwargs)
             else:
                 result = await self.threads.call(functools.partial(fn, *args, **kwargs), timeout)

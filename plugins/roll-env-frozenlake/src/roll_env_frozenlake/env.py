@@ -72,6 +72,7 @@ class FrozenLakeEnv(TextEnv):
     config_model = FrozenLakeConfig
     action_lookup = {"Left": LEFT, "Down": DOWN, "Right": RIGHT, "Up": UP}
     action_words = {index: word for word, index in action_lookup.items()}
+    inline_calls = True  # pure computation, microseconds a call
 
     def __init__(self, config: FrozenLakeConfig | dict[str, Any] | None = None, **overrides: Any):
         super().__init__(config, **overrides)
@@ -151,12 +152,13 @@ class FrozenLakeEnv(TextEnv):
         return None if path is None else [self.action_words[a] for a in path]
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=128)
 def _transitions(desc: tuple[str, ...], is_slippery: bool, success_rate: float) -> dict:
     """gymnasium's transition table ``P`` of a map, built once per map.
 
     Building it is most of a reset's cost, and the envs of a group replay one map; the table is
-    only read, so sharing it between envs of one process is safe.
+    only read, so sharing it between envs of one process is safe. The members of a group reset
+    within moments of each other, so a short memory suffices (a table of a 4x4 map is ~14 KiB).
     """
     return GymFrozenLake(desc=list(desc), is_slippery=is_slippery, success_rate=success_rate).P
 

@@ -105,6 +105,7 @@ class SokobanEnv(TextEnv):
 
     config_model = SokobanConfig
     action_lookup = {word: word for word in DIRECTIONS}
+    inline_calls = True  # pure computation (level generation is bounded by search_depth)
 
     def __init__(self, config: SokobanConfig | dict[str, Any] | None = None, **overrides: Any):
         super().__init__(config, **overrides)
