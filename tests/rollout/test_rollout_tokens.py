@@ -251,3 +251,82 @@ def test_windowed_episode_gives_step_rows_only(codec, test_registry):
         traj.token_stream()
     rows = build_batch([traj], granularity="step", pad_id=codec.pad_token_id)
     assert len(rows) == traj.num_steps
+
+
+def test_codec_caches_return_what_the_tokenizer_returns(tokenizer, monkeypatch):
+    """ChatCodec remembers encodings and renders (issue 20): the same ids and texts as the tokenizer,
+    bounded, not shared between callers' lists, and conversations with tools are never cached."""
+    import roll_core.rollout.chat as chat
+
+    monkeypatch.setattr(chat, "CACHE_SIZE", 4)
+    codec = ChatCodec(tokenizer)
+    texts = ["<answer>Up</answer>", "a frozen lake", "  spaced  text\n", "héllo wörld", "<answer>Up</answer>"]
+    for text in texts * 2:
+        assert codec.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+    assert len(codec._encoded) == 4
+    ids = codec.encode("a frozen lake")
+    ids.append(-1)  # a caller extending its list must not change what the cache returns next time
+    assert codec.encode("a frozen lake") == tokenizer.encode("a frozen lake", add_special_tokens=False)
+    for ids in ([1, 2, 3, 40, 41], codec.encode("héllo wörld") + [codec.eos_token_id]):
+        for skip in (False, True):
+            assert codec.decode(ids, skip_special_tokens=skip) == tokenizer.decode(ids, skip_special_tokens=skip)
+
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "state"}]
+    for generation_prompt in (True, False, True):
+        assert codec.render(messages, add_generation_prompt=generation_prompt) == tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt)
+    assert len(codec._rendered) == 2
+    tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
+    codec.render(messages, add_generation_prompt=True, tools=tools)
+    assert len(codec._rendered) == 2
+    calls = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "guess", "arguments": {"n": 3}}}]}]
+    codec.render(messages + calls, add_generation_prompt=False)  # unhashable content: rendered, not cached
+    assert len(codec._rendered) == 2
+
+
+def test_envs_whose_calls_only_compute_run_on_the_event_loop(codec, test_registry):
+    """``TextEnv.inline_calls`` (issue 20): with a step timeout set, ordinary env calls go to the pool
+    thread (so a hang costs one trajectory); an env that declares its calls compute-only is called on
+    the event loop's own thread, and both play the same episode."""
+    import threading
+
+    from roll_core.config import bind_env
+    from roll_core.rollout.env_threads import EnvThreads
+
+    spec = counting_spec(step_timeout_s=30.0)
+    env_spec = spec.envs["Counting"]
+
+    def play(inline):
+        env = bind_env("test_counting", env_spec.env.config.model_dump(), registry=test_registry).make()
+        seen = []
+        step = env.step
+
+        def recording_step(action):
+            seen.append(threading.get_ident())
+            return step(action)
+
+        recording_step.__self__ = env  # what call_env looks at: the bound method's env
+        env.step = recording_step
+        env.inline_calls = inline
+        threads = EnvThreads(2)
+        ctx = EpisodeContext(spec=spec, codec=codec, threads=threads)
+
+        async def episode():
+            loop_thread = threading.get_ident()
+            policy = FixedPolicy(codec)
+            policy.start_episode(11)
+            traj = await play_episode(ctx, env, env_spec, Ticket(0, 0, 11, 0), 0, policy, route_key="k",
+                                      cancelled=lambda: False)
+            return traj, loop_thread
+
+        try:
+            traj, loop_thread = asyncio.run(episode())
+        finally:
+            threads.shutdown()
+        return traj, seen, loop_thread
+
+    pooled, pooled_threads, loop = play(False)
+    assert pooled_threads and all(t != loop for t in pooled_threads)
+    inline, inline_threads, loop = play(True)
+    assert inline_threads and all(t == loop for t in inline_threads)
+    assert inline.token_stream()[0] == pooled.token_stream()[0] and inline.terminated and pooled.terminated
