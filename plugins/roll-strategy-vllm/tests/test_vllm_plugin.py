@@ -13,7 +13,7 @@ from roll_core.errors import PluginError
 
 def test_honours_the_strategy_contract(roll_check_strategy, roll_registry):
     reg = roll_registry.get("strategy", "vllm")
-    assert reg.options == {"role": "infer", "needs_gpu": False} and reg.distribution == "roll-strategy-vllm"
+    assert reg.options == {"role": "infer", "serves_lora": True, "needs_gpu": False} and reg.distribution == "roll-strategy-vllm"
     report = roll_check_strategy("vllm", missing=("vllm",), build=False)
     assert report.ok, str(report)
 
