@@ -478,6 +478,9 @@ class TrainingLoop:
         self.sync_weights(version=self.step)
 
     def finish(self) -> None:
+        summary = self.tracker.validation_summary()
+        if summary:
+            self.tracker.print(summary)
         path = self.plot()
         if path:
             self.tracker.print(f"learning curve: {path}")

@@ -162,6 +162,19 @@ class MetricsTracker:
     def print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
+    def validation_summary(self, key: str = "val/success") -> str | None:
+        """``validation success: final 0.62 (step 70), best 0.69 (step 40), 0.44 at step 0``, or None
+        without a validation. Best is the first step reaching the maximum: validation moves by noise
+        between evaluations, so the final figure alone under- or overstates a run."""
+        points = [(int(e["step"]), e[key]) for e in self.history if key in e]
+        if not points:
+            return None
+        (first_step, first), (last_step, last) = points[0], points[-1]
+        best_step, best = max(points, key=lambda p: (p[1], -p[0]))
+        label = "validation success" if key == "val/success" else key
+        line = f"{label}: final {last:.2f} (step {last_step}), best {best:.2f} (step {best_step})"
+        return line + (f", {first:.2f} at step {first_step}" if len(points) > 1 else "")
+
     # -- learning curve ------------------------------------------------------------------
     def plot(self, path: str) -> str | None:
         """Draw success and reward against the step into ``path`` (PNG); None when nothing to draw."""

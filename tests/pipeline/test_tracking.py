@@ -70,3 +70,18 @@ def test_tracker_settings_are_checked_before_anything_starts(monkeypatch):
         check_tracker("wandb", {"project": "p"})
     with pytest.raises(ConfigError, match="swanlab is not supported"):
         validate_config({"sequence_length": 64, "track_with": "swanlab"})
+
+
+def test_the_validation_summary_reports_best_next_to_final(tmp_path):
+    """The run's last lines say the final and the best validation figure (the first step reaching
+    it) and where validation started; nothing without a validation."""
+    tracker = MetricsTracker(str(tmp_path), track_with="stdout")
+    assert tracker.validation_summary() is None
+    for step, value in [(0, 0.44), (5, 0.36), (40, 0.69), (55, 0.69), (70, 0.62)]:
+        tracker.log(step, {"train/success": 0.5})
+        tracker.log(step, {"val/success": value})
+    assert tracker.validation_summary() == (
+        "validation success: final 0.62 (step 70), best 0.69 (step 40), 0.44 at step 0")
+    resumed = MetricsTracker(str(tmp_path), track_with="stdout")
+    resumed.load_state_dict(tracker.state_dict())
+    assert resumed.validation_summary() == tracker.validation_summary()
