@@ -55,13 +55,13 @@ class EpisodeContext:
     format_penalty: float = 0.0  # env-manager level penalty for invalid actions (ROLL's)
     progress: int = 0  # env calls and generations completed (the stall bound watches it)
 
-    async def call_env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)`` on the env, in a pool thread under the step timeout when one is set, inline
+    async def call_env(self, env: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``env.<name>(*args)``, in a pool thread under the step timeout when one is set, inline
         when the env says its calls never block (``inline_calls``)."""
         timeout = self.spec.step_timeout_s
-        name = getattr(fn, "__name__", "env call")
+        fn = getattr(env, name)
         try:
-            if not timeout or self.threads is None or getattr(getattr(fn, "__self__", None), "inline_calls", False):
+            if not timeout or self.threads is None or getattr(env, "inline_calls", False):
                 result = fn(*args, **kwargs)
             else:
                 result = await self.threads.call(functools.partial(fn, *args, **kwargs), timeout)
@@ -143,7 +143,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
     :class:`EpisodeStale` ends it before more env steps or generations are spent on it.
     """
     spec, codec = ctx.spec, ctx.codec
-    observation, info = checked_reset(await ctx.call_env(env.reset, seed=ticket.seed))
+    observation, info = checked_reset(await ctx.call_env(env, "reset", seed=ticket.seed))
     sampling = turn_sampling(spec, env_spec)
     conversation = new_conversation(env, env_spec, info)
     builder = make_prompt_builder(codec, spec.granularity, env_spec.history_window)
@@ -197,7 +197,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
         full_text, response_text = codec.response_texts(response_ids)
         builder.add_response(response_ids, full_text)
         conversation.respond(response_text)
-        next_observation, reward, term, trunc, step_info = checked_step(await ctx.call_env(env.step, response_text))
+        next_observation, reward, term, trunc, step_info = checked_step(await ctx.call_env(env, "step", response_text))
         metrics = {k: float(v) for k, v in (step_info.get("metrics") or {}).items()}
         if ctx.format_penalty and not metrics.get("action_is_valid", 1.0):
             reward += ctx.format_penalty

@@ -305,7 +305,6 @@ def test_envs_whose_calls_only_compute_run_on_the_event_loop(codec, test_registr
             seen.append(threading.get_ident())
             return step(action)
 
-        recording_step.__self__ = env  # what call_env looks at: the bound method's env
         env.step = recording_step
         env.inline_calls = inline
         threads = EnvThreads(2)
