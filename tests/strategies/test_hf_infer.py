@@ -31,10 +31,12 @@ def prompts_of(strategy, n=6):
 
 
 def teacher_forced(strategy, prompt, response, temperature=1.0):
-    ids = torch.tensor([list(prompt) + list(response)])
+    """Log-probs of ``response`` after ``prompt`` from one plain forward pass (on the strategy's device)."""
+    ids = torch.tensor([list(prompt) + list(response)], device=strategy.device)
     with torch.no_grad():
         logits = strategy.model(ids).logits[0].float() / temperature
-    return torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None]).squeeze(1)
+    picked = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None])
+    return picked.squeeze(1).cpu()
 
 
 def test_batched_mixed_lengths_equal_one_at_a_time(infer):
@@ -62,7 +64,7 @@ def test_sampled_logprobs_are_temperature_scaled_model_logprobs(infer):
         reference = teacher_forced(infer, prompt, out.token_ids, sp.temperature)
         assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
         if sp.top_k:  # every sampled token lies in the top-k of its step
-            ids = torch.tensor([list(prompt) + out.token_ids])
+            ids = torch.tensor([list(prompt) + out.token_ids], device=infer.device)
             with torch.no_grad():
                 logits = infer.model(ids).logits[0, len(prompt) - 1 : -1]
             ranks = (logits > logits.gather(1, ids[0, len(prompt) :, None])).sum(-1)

@@ -77,7 +77,7 @@ def test_log_probs_match_hf_infer(peaked_dir):
         assert torch.allclose(got, torch.tensor(o.logprobs), atol=1e-4)
     assert (log_probs[~mask] == 0).all() and (entropy[~mask] == 0).all()
     with torch.no_grad():  # entropy of row 0's first response position, by hand
-        logits = train.model(batch["input_ids"][:1]).logits[0, len(prompts[0]) - 1].float()
+        logits = train.model(batch["input_ids"][:1].to(train.device)).logits[0, len(prompts[0]) - 1].float().cpu()
     probs = torch.softmax(logits, -1)
     assert torch.isclose(entropy[0, len(prompts[0]) - 1], -(probs * probs.log()).sum(), atol=1e-4)
     assert train.compute_log_probs(batch)[1] is None
@@ -232,7 +232,8 @@ def test_from_worker_config(tiny_dir):
     assert (settings.learning_rate, settings.warmup_steps, settings.num_training_steps) == (2e-5, 1, 10)
     assert train.optimizer.param_groups[0]["weight_decay"] == 0.05
     reference = HFTrainStrategy.from_worker_config(SimpleNamespace(), tiny_dir, seed=0, trainable=False)
-    assert not reference.trainable and reference.model.dtype == torch.float32  # dtype None: fp32 on CPU
+    default_dtype = torch.bfloat16 if reference.device.type == "cuda" else torch.float32  # dtype None
+    assert not reference.trainable and reference.model.dtype == default_dtype
 
     # HF conventions: warmup_ratio / fractional warmup_steps, max_steps as the schedule length
     worker.training_args = SimpleNamespace(lr_scheduler_type="linear", warmup_ratio=0.25, max_steps=8,

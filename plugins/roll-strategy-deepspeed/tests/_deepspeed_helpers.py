@@ -11,7 +11,8 @@ import torch
 from roll_core.algorithms.aggregation import Normalisers, agg_loss
 
 ROWS, WIDTH = 8, 16
-STRATEGY_ARGS = {"learning_rate": 1e-3, "per_device_train_batch_size": 2, "max_grad_norm": 1.0,
+# fp32 on every device (dtype None would be bf16 on CUDA): the tolerances are fp32's
+STRATEGY_ARGS = {"dtype": "fp32", "learning_rate": 1e-3, "per_device_train_batch_size": 2, "max_grad_norm": 1.0,
                  "weight_decay": 0.01, "adam_epsilon": 1e-6}
 
 

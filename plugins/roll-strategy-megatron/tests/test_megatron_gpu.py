@@ -1,7 +1,7 @@
 """megatron_train for real on CUDA (skipped without a GPU): numerics against hf_train on the tiny
 model, export / checkpoint round trips, and tensor parallelism when two GPUs are present.
 
-Not run in the session that wrote this plugin (no GPU was lent); see the README's open items.
+Ran on one H200 on 2026-11-26 (docs/gpu.md); the two-GPU test has not run yet (one GPU was lent).
 """
 
 from __future__ import annotations

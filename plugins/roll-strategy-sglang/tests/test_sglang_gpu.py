@@ -1,6 +1,6 @@
 """The sglang strategy for real on CUDA (skipped without a GPU and SGLang): greedy generation equals
 hf_infer's on a tiny Qwen2, a weight update changes outputs and bumps the version, memory release
-and resume, abort. Not run in the session that wrote this plugin (no GPU was lent)."""
+and resume, abort. Not run yet: SGLang's wheels did not fit the one GPU machine lent (docs/gpu.md)."""
 
 from __future__ import annotations
 
