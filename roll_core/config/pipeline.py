@@ -56,6 +56,10 @@ class RunSettings(RollModel):
     logging_steps: int = Field(1, ge=1)
     eval_steps: int = Field(10, ge=0, description="Validate every N steps (0: never).")
     max_ckpt_to_keep: int = Field(0, ge=0, description="0 keeps every checkpoint.")
+    save_best: bool = Field(
+        True, description="Keep the actor of the best validation (val/success; the first step reaching it) as a "
+        "model directory, output_dir/best, rewritten whenever validation reaches a new best."
+    )
     resume_from_checkpoint: bool | str = Field(False, description="False, or the checkpoint path to resume.")
     checkpoint_config: FreeDict = compat({}, "Checkpoints go to output_dir on the local file system.")
     rollout_batch_size: int = Field(128, ge=1, description="Trajectories (agentic) / prompts (RLVR) per step.")

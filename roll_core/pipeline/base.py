@@ -28,6 +28,7 @@ optimiser and RNG state.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -46,6 +47,9 @@ logger = logging.getLogger("roll.pipeline")
 
 #: the learning-curve file written under logging_dir
 CURVE_FILE = "learning_curve.png"
+#: the best validation's actor (``save_best``), under output_dir, with BEST_INFO saying which step it is
+BEST_DIR = "best"
+BEST_INFO = "best.json"
 #: the resolved config saved with the run, under logging_dir
 CONFIG_FILE = "config.yaml"
 #: where every rank runs (role -> ranks with node and devices), under logging_dir
@@ -308,6 +312,7 @@ class TrainingLoop:
             self.tracker.log(0, metrics)
             self.tracker.print(self.tracker.progress_line(0, self.max_steps, metrics, {}))
             self.plot()
+            self.keep_if_best(0)
 
     def train_step(self) -> dict[str, float]:
         """One pipeline step (see the module docstring); returns its metrics."""
@@ -338,6 +343,7 @@ class TrainingLoop:
             self.tracker.history.append({"step": float(step), **{k: float(v) for k, v in metrics.items()}})
         if "val/success" in metrics:  # the run's end is drawn by finish()
             self.plot()
+            self.keep_if_best(step)
         if (c.save_steps > 0 and step % c.save_steps == 0) or step == self.max_steps:
             self.save()
         return metrics
@@ -461,6 +467,21 @@ class TrainingLoop:
         logger.info("saved %s", path)
         return path
 
+    def keep_if_best(self, step: int) -> str | None:
+        """Write the actor to ``output_dir/best`` when ``step``'s validation is the run's first best.
+
+        Ties keep the earlier step (as the validation summary reports it); a resumed run compares with
+        the history it restored, so the directory always holds the best of the whole run.
+        """
+        best = self.tracker.best()
+        if not self.config.save_best or best is None or best[0] != step:
+            return None
+        path = os.path.join(self.config.output_dir, BEST_DIR)
+        self.workers["actor_train"].save_model(path)
+        with open(os.path.join(path, BEST_INFO), "w", encoding="utf-8") as f:
+            json.dump({"step": step, "val/success": best[1]}, f)
+        return path
+
     def load(self, path: str) -> None:
         """Start the train workers from ``path``'s run and restore everything it saved."""
         state = ckpt.load_state(path)
@@ -481,6 +502,12 @@ class TrainingLoop:
         summary = self.tracker.validation_summary()
         if summary:
             self.tracker.print(summary)
+        best_info = os.path.join(self.config.output_dir, BEST_DIR, BEST_INFO)
+        if self.config.save_best and os.path.isfile(best_info):
+            with open(best_info, encoding="utf-8") as f:
+                best = json.load(f)
+            self.tracker.print(f"best model (validation success {best['val/success']:.2f} at step {best['step']}): "
+                               f"{os.path.dirname(best_info)}")
         path = self.plot()
         if path:
             self.tracker.print(f"learning curve: {path}")

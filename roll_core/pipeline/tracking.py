@@ -162,6 +162,11 @@ class MetricsTracker:
     def print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
+    def best(self, key: str = "val/success") -> tuple[int, float] | None:
+        """(step, value) of the first validation reaching the maximum of ``key``; None without one."""
+        points = [(int(e["step"]), e[key]) for e in self.history if key in e]
+        return max(points, key=lambda p: (p[1], -p[0])) if points else None
+
     def validation_summary(self, key: str = "val/success") -> str | None:
         """``validation success: final 0.62 (step 70), best 0.69 (step 40), 0.44 at step 0``, or None
         without a validation. Best is the first step reaching the maximum: validation moves by noise
@@ -170,7 +175,7 @@ class MetricsTracker:
         if not points:
             return None
         (first_step, first), (last_step, last) = points[0], points[-1]
-        best_step, best = max(points, key=lambda p: (p[1], -p[0]))
+        best_step, best = self.best(key)
         label = "validation success" if key == "val/success" else key
         line = f"{label}: final {last:.2f} (step {last_step}), best {best:.2f} (step {best_step})"
         return line + (f", {first:.2f} at step {first_step}" if len(points) > 1 else "")
