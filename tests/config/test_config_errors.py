@@ -173,3 +173,20 @@ def test_valid_config_emits_no_warning():
         warnings.simplefilter("error")
         validate_config({**BASE, "train_env_manager": {"tags": ["A"], "group_size": 4, "num_env_groups": 2},
                          "rollout_batch_size": 8})
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"add_token_level_kl": True}, "add_token_level_kl puts the KL to the reference model into the rewards"),
+    ({"force_disable_old_logprobs_recompute": True, "use_kl_loss": True, "kl_loss_coef": 0.1},
+     "force_disable_old_logprobs_recompute is on, but the KL to the reference model"),
+    ({"force_disable_old_logprobs_recompute": True, "init_kl_coef": 0.05},
+     "force_disable_old_logprobs_recompute is on"),
+])
+def test_kl_settings_that_would_fail_at_the_first_step_are_refused(data, expected):
+    """Both used to pass validation and fail in the first step's advantages (a KeyError for the second)."""
+    assert expected in error_of(data)
+
+
+def test_kl_settings_that_work_pass():
+    validate_config({**BASE, "add_token_level_kl": True, "init_kl_coef": 0.05}, source="run.yaml")
+    validate_config({**BASE, "force_disable_old_logprobs_recompute": True}, source="run.yaml")
