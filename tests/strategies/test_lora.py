@@ -204,7 +204,7 @@ def test_worker_config_lora_fields_reach_the_strategy(peaked_dir):
     strategy.train_step(batch(), pg_loss)
     weights = strategy.export_weights()
     norm = dict(strategy.model.named_parameters())["base_model.model.model.norm.modules_to_save.default.weight"]
-    assert torch.equal(weights["model.norm.weight"], norm.detach()) and not torch.all(norm == 1.0)
+    assert torch.equal(weights["model.norm.weight"], norm.detach().cpu()) and not torch.all(norm == 1.0)
     # the tiny model ties its head to the embeddings: training either in full would untie them
     with pytest.raises(ConfigError, match="ties lm_head to embed_tokens"):
         HFTrainStrategy(peaked_dir, lora=LoraSettings(target="q_proj", additional_target="lm_head"))
@@ -212,7 +212,7 @@ def test_worker_config_lora_fields_reach_the_strategy(peaked_dir):
 
 def test_logits_on_response_positions_only_give_the_same_log_probs(peaked_dir):
     model = HFTrainStrategy(peaked_dir, trainable=False).model
-    b = batch()
+    b = {k: v.to(model.device) for k, v in batch().items()}  # a plain forward: the model's device
     keep = logits_to_keep(b["response_mask"])
     assert keep == b["input_ids"].shape[1] - 4  # the first response token is at 5: logits from 4 on
     with torch.no_grad():
