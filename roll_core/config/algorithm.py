@@ -126,6 +126,11 @@ class AlgorithmConfig(RollModel):
     train_infer_correction: TrainInferCorrection = Field(default_factory=TrainInferCorrection)
     max_grad_norm: float = compat(1.0, "Use actor_train.training_args.max_grad_norm.")
 
+    @property
+    def runs_reference(self) -> bool:
+        """Whether the reference model runs: asked for, or needed by a KL term (in the loss or the reward)."""
+        return self.enable_reference or self.use_kl_loss or self.init_kl_coef > 0
+
     @field_validator("kl_penalty")
     @classmethod
     def _per_token_kl(cls, value):

@@ -172,12 +172,11 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
             )
         if self.max_steps == 0 or self.max_steps < -1:
             problems.append(f"max_steps must be positive or -1 (no limit), got {self.max_steps}")
-        uses_reference = self.enable_reference or self.use_kl_loss or self.init_kl_coef > 0
-        if self.add_token_level_kl and not uses_reference:
+        if self.add_token_level_kl and not self.runs_reference:
             problems.append("add_token_level_kl puts the KL to the reference model into the rewards, but no reference "
                             "model runs (init_kl_coef is 0, use_kl_loss and enable_reference are off); set "
                             "init_kl_coef > 0 (the penalty's weight) or turn add_token_level_kl off")
-        if self.force_disable_old_logprobs_recompute and uses_reference:
+        if self.force_disable_old_logprobs_recompute and self.runs_reference:
             problems.append("force_disable_old_logprobs_recompute is on, but the KL to the reference model "
                             "(init_kl_coef > 0, use_kl_loss or enable_reference) is measured against the old "
                             "policy's log-probs, which actor_train must then compute; turn one of them off")

@@ -194,7 +194,7 @@ class _Resolver:
         loss = self.lookup("policy_loss", c.actor_train.pg_variant, "actor_train.pg_variant")
         d["actor_train"]["pg_variant"] = loss.name
 
-        d["enable_reference"] = c.enable_reference or c.use_kl_loss or c.init_kl_coef > 0
+        d["enable_reference"] = c.runs_reference
         step_wise = estimator.options.get("granularity") == "step"
         d["enable_old_logprobs_recompute"] = not c.force_disable_old_logprobs_recompute and (
             c.enable_old_logprobs_recompute or step_wise or c.init_kl_coef > 0
