@@ -28,6 +28,8 @@ from pathlib import Path
 
 from measure import QUIET_ENV, ROOT
 
+from roll_core.pipeline.tracking import best_point
+
 KEY = "val/success"
 DONE = "run_done.json"
 
@@ -63,7 +65,7 @@ def curve(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def summarise(points: list[tuple[int, float]]) -> dict:
-    best_step, best = max(points, key=lambda p: (p[1], -p[0]))
+    best_step, best = best_point(points)
     return {"start": points[0][1], "final": points[-1][1], "best": best, "best_step": best_step,
             "last3": statistics.fmean(v for _, v in points[-3:])}
 

@@ -502,12 +502,9 @@ class TrainingLoop:
         summary = self.tracker.validation_summary()
         if summary:
             self.tracker.print(summary)
-        best_info = os.path.join(self.config.output_dir, BEST_DIR, BEST_INFO)
-        if self.config.save_best and os.path.isfile(best_info):
-            with open(best_info, encoding="utf-8") as f:
-                best = json.load(f)
-            self.tracker.print(f"best model (validation success {best['val/success']:.2f} at step {best['step']}): "
-                               f"{os.path.dirname(best_info)}")
+        best, best_dir = self.tracker.best(), os.path.join(self.config.output_dir, BEST_DIR)
+        if self.config.save_best and best is not None and os.path.isdir(best_dir):
+            self.tracker.print(f"best model (validation success {best[1]:.2f} at step {best[0]}): {best_dir}")
         path = self.plot()
         if path:
             self.tracker.print(f"learning curve: {path}")

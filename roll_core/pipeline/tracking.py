@@ -116,6 +116,13 @@ def check_tracker(track_with: str, tracker_kwargs: Mapping[str, Any]) -> None:
         raise ConfigError(f"track_with: {track_with} needs the {writer.requires} package: pip install {writer.requires}")
 
 
+def best_point(points: list[tuple[int, float]]) -> tuple[int, float]:
+    """The (step, value) with the highest value, the earliest step among equals: validation moves by
+    noise, so a later tie is not a better model (the run's summary, ``save_best`` and
+    benchmarks/learning_seeds.py all use this rule)."""
+    return max(points, key=lambda p: (p[1], -p[0]))
+
+
 class MetricsTracker:
     """A tracker (``track_with``) + in-memory history + progress line + learning-curve PNG."""
 
@@ -165,7 +172,7 @@ class MetricsTracker:
     def best(self, key: str = "val/success") -> tuple[int, float] | None:
         """(step, value) of the first validation reaching the maximum of ``key``; None without one."""
         points = [(int(e["step"]), e[key]) for e in self.history if key in e]
-        return max(points, key=lambda p: (p[1], -p[0])) if points else None
+        return best_point(points) if points else None
 
     def validation_summary(self, key: str = "val/success") -> str | None:
         """``validation success: final 0.62 (step 70), best 0.69 (step 40), 0.44 at step 0``, or None
