@@ -76,22 +76,22 @@ def prompts(tokenizer, n: int) -> list[list[int]]:
 
 
 def grpo_batch(prompt_ids, responses, group: int, pad_id: int):
-    """Rows prompt + response, GRPO advantages: each response's reward (the share of its tokens with an
-    even id, any score that varies within a group) normalised within its prompt's group."""
+    """Rows prompt + response (roll's own collation), GRPO advantages: each response's reward (the
+    share of its tokens with an even id, any score that varies within a group) normalised within its
+    prompt's group by roll's RLVR normalisation (group mean and std)."""
     import torch
 
-    rows = [list(p) + list(r) for p, r in zip(prompt_ids, responses, strict=True)]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn, resp = torch.zeros_like(ids), torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompt_ids, responses, strict=True)):
-        ids[i, : len(p) + len(r)] = torch.tensor(rows[i])
-        attn[i, : len(p) + len(r)] = 1
-        resp[i, len(p): len(p) + len(r)] = 1
-    rewards = torch.tensor([sum(t % 2 == 0 for t in r) / max(len(r), 1) for r in responses]).view(-1, group)
-    adv = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-6)).view(-1)
-    advantages = adv[:, None].expand(-1, width - 1) * resp[:, 1:]
-    return {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": advantages.contiguous()}
+    from roll_core.algorithms.normalization import reward_norm
+    from roll_core.rollout.batch import collate
+
+    rows = [(list(p) + list(r), [0] * len(p) + [1] * len(r), [0.0] * (len(p) + len(r)))
+            for p, r in zip(prompt_ids, responses, strict=True)]
+    rewards = torch.tensor([sum(t % 2 == 0 for t in r) / max(len(r), 1) for r in responses])
+    tensors = collate(rows, rewards.tolist(), pad_id)
+    adv = reward_norm(rewards, group, "group", "group")
+    resp = tensors["response_mask"]
+    return {"input_ids": tensors["input_ids"], "attention_mask": tensors["attention_mask"], "response_mask": resp,
+            "advantages": (adv[:, None] * resp[:, 1:]).contiguous()}
 
 
 def random_batch(vocab: int, rows: int, prompt_len: int, response_len: int, seed: int = 0):
