@@ -27,12 +27,12 @@ def tiny_agents(tmp, tag: str, max_steps: int) -> list[str]:
     return [f"{k}={v}" for k, v in values.items()]
 
 
-@pytest.mark.parametrize("example, tag, turns, estimator", [
-    ("frozen_lake", "FrozenLakeAgent4x4", 3, "gigpo"),  # step-wise rows: one per call, GiGPO's anchor states
-    ("number_search", "NumberSearch", 2, "grpo"),  # trajectory-wise rows, tool calls
+@pytest.mark.parametrize("example, tag, turns, estimator, save_best", [
+    ("frozen_lake", "FrozenLakeAgent4x4", 3, "gigpo", True),  # step-wise rows: one per call, GiGPO's anchor states
+    ("number_search", "NumberSearch", 2, "grpo", False),  # trajectory-wise rows, tool calls
 ])
-def test_agent_example_trains(ray_session, tmp_path, example, tag, turns, estimator):
-    overrides = [*tiny_agents(tmp_path, tag, turns), f"adv_estimator={estimator}"]
+def test_agent_example_trains(ray_session, tmp_path, example, tag, turns, estimator, save_best):
+    overrides = [*tiny_agents(tmp_path, tag, turns), f"adv_estimator={estimator}", f"save_best={save_best}"]
     code, out = run(EXAMPLES / "agents" / f"{example}.yaml", overrides)
     assert code == 0, out
     metrics = step_metrics(tmp_path / "ckpt" / "checkpoint-2", 2)
@@ -47,6 +47,9 @@ def test_agent_example_trains(ray_session, tmp_path, example, tag, turns, estima
     assert summary, out[-2000:]
     # save_best: the best validation's actor is kept as a model directory, and the run says where
     best_dir = tmp_path / "ckpt" / "best"
+    if not save_best:
+        assert not best_dir.exists() and "best model" not in out
+        return
     best = json.loads((best_dir / "best.json").read_text())
     assert (f"{best['val/success']:.2f}", str(best["step"])) == summary.groups()
     assert (best_dir / "config.json").is_file() and (best_dir / "model.safetensors").is_file()
