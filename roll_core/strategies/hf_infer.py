@@ -32,6 +32,7 @@ import torch
 
 from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.strategies.attention import register_grouped_sdpa
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
 from roll_core.strategies.hf_common import (
     apply_strategy_config,
@@ -88,6 +89,8 @@ class HFInferStrategy(InferStrategy):
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         attn = resolve_attn_implementation(attn_implementation, self.device)
+        if attn == "sdpa" and self.device.type == "cpu":
+            attn = register_grouped_sdpa()  # same values, no per-step K/V head copies (attention.py)
         self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device,
                                     model_config_kwargs).eval()
         self.max_batch_size = int(max_batch_size)

@@ -12,6 +12,7 @@ import torch
 
 from roll_core.errors import ConfigError, RollError
 from roll_core.strategies import hf_infer as hf_infer_module
+from roll_core.strategies.attention import GROUPED_SDPA
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 from roll_core.strategies.hf_infer import HFInferStrategy
 
@@ -51,6 +52,22 @@ def test_batched_mixed_lengths_equal_one_at_a_time(infer):
         assert alone.token_ids == out.token_ids
         reference = teacher_forced(infer, request.prompt_ids, out.token_ids)
         assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
+
+
+def test_grouped_query_attention_gives_transformers_sdpa_results_bit_for_bit(peaked_dir):
+    """On CPU hf_infer attends with K/V heads kept grouped (attention.py); the same requests through
+    transformers' own sdpa (which copies K/V per query head under a mask) give identical outputs."""
+    strategy = HFInferStrategy(peaked_dir, seed=0, max_batch_size=8)
+    config = strategy.model.config
+    assert config._attn_implementation == GROUPED_SDPA
+    assert config.num_key_value_heads < config.num_attention_heads  # the grouped path is exercised
+    params = [SamplingParams(max_new_tokens=10, temperature=1.0, seed=i) for i in range(6)]
+    requests = [GenerationRequest(str(i), p, sp) for i, (p, sp) in enumerate(zip(prompts_of(strategy), params))]
+    grouped = strategy.generate(requests)
+    strategy.model.set_attn_implementation("sdpa")
+    plain = strategy.generate(requests)
+    assert [o.token_ids for o in grouped] == [o.token_ids for o in plain]
+    assert [o.logprobs for o in grouped] == [o.logprobs for o in plain]
 
 
 def test_sampled_logprobs_are_temperature_scaled_model_logprobs(infer):
