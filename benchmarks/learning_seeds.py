@@ -12,6 +12,9 @@ Usage::
     python benchmarks/learning_seeds.py examples/frozen_lake/grpo.yaml --out runs/learning/async \\
         --setting async0 async_generation_ratio=0 --setting async1 async_generation_ratio=1 \\
         --setting async2 async_generation_ratio=2 --seeds 42 43 44 --plot docs/images/learning_async.png
+    # two config files compared (a setting's first item config=PATH replaces the command's config)
+    python benchmarks/learning_seeds.py examples/sokoban/starpo.yaml --out runs/learning/sokoban \\
+        --setting starpo --setting gigpo config=examples/sokoban/gigpo.yaml --seeds 42 43 44
     # --no-run: only read and compare the runs already under --out
 """
 
@@ -32,6 +35,13 @@ from roll_core.pipeline.tracking import best_point
 
 KEY = "val/success"
 DONE = "run_done.json"
+
+
+def setting_config(default: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """A setting's config file (``config=PATH`` as its first item, else the command's) and its overrides."""
+    if overrides and overrides[0].startswith("config="):
+        return overrides[0].removeprefix("config="), overrides[1:]
+    return default, overrides
 
 
 def run_one(config: str, out: Path, overrides: list[str], seed: int) -> dict:
@@ -108,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config")
     parser.add_argument("--out", required=True, help="one folder per (setting, seed) goes here")
     parser.add_argument("--setting", nargs="+", action="append", required=True, metavar=("NAME", "KEY=VALUE"),
-                        help="a named setting and its overrides (repeat for each setting)")
+                        help="a named setting and its overrides (repeat for each setting); a first item "
+                        "config=PATH runs that setting from another config file")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--no-run", action="store_true", help="only compare the runs already there")
     parser.add_argument("--plot", help="PNG of the curves (seeds thin, mean bold)")
@@ -117,11 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     curves: dict[str, dict[int, list[tuple[int, float]]]] = {}
     records = {}
+    configs = {setting_config(args.config, overrides)[0]: None for _, *overrides in args.setting}
     for seed in args.seeds:  # seed-major: an interrupted comparison has every setting for the seeds done
         for name, *overrides in args.setting:
+            config, overrides = setting_config(args.config, overrides)
             run_dir = out / f"{name}_s{seed}"
             if not args.no_run:
-                record = run_one(args.config, run_dir, overrides, seed)
+                record = run_one(config, run_dir, overrides, seed)
                 if record["returncode"] != 0:
                     print(f"{name} seed {seed}: exit {record['returncode']}; see {run_dir / 'run.log'}")
                     continue
@@ -136,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {len(sums)} | {spread([s['start'] for s in sums])} | {spread([s['final'] for s in sums])} "
               f"| {spread([s['best'] for s in sums])} | {spread([s['last3'] for s in sums])} |")
     if args.plot and curves:
-        plot(curves, args.plot, f"{Path(args.config).name}: validation success over {len(args.seeds)} seeds")
+        plot(curves, args.plot, f"{' / '.join(Path(c).name for c in configs)}: validation success over {len(args.seeds)} seeds")
         print(f"plot: {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
