@@ -3,7 +3,9 @@
 Run it where TRL is installed (``nox -s bench_trl``: its own venv, never roll's test venv). Both
 sides train the same local ``roll-tiny`` directory in fp32 on CPU with the same torch threads, the
 same optimiser step shape (``--batch`` rows, micro-batches of ``--micro``, AdamW, clipping at 1.0)
-and the same PPO-clip GRPO objective without KL, token-mean over the step.
+and the same PPO-clip GRPO objective without KL, token-mean over the step. A third side is a plain
+PyTorch loop (forward, log-softmax, surrogate loss, backward, AdamW) over the same rows: the floor
+a framework's train step is measured against.
 
 TRL's ``GRPOConfig`` defaults to bf16 autocast and gradient checkpointing;
 the main figure turns both off (fp32 like roll, no recomputation: roll's demo disables checkpointing
@@ -129,6 +131,42 @@ class RollSide:
         return time.perf_counter() - started
 
 
+class RawTorchSide:
+    """The floor: a plain PyTorch loop over the same rows and micro-batches, no framework.
+
+    Per micro-batch one forward of the whole row (logits at every position, as a hand-written loop
+    does), log-softmax, the taken tokens' log-probs, the GRPO surrogate ``-adv * ratio`` (its
+    gradient at ratio 1 is PPO-clip's), token-mean over the step, backward; then clipping at 1.0 and
+    one AdamW step, as roll's step.
+    """
+
+    def __init__(self, args, path: str):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5, weight_decay=0.0)
+        self.micro = args.micro
+
+    def step(self, batch: dict) -> float:
+        import torch
+
+        started = time.perf_counter()
+        tokens = batch["response_mask"][:, 1:].sum()
+        for start in range(0, batch["input_ids"].shape[0], self.micro):
+            ids, attention = batch["input_ids"][start:start + self.micro], batch["attention_mask"][start:start + self.micro]
+            mask = batch["response_mask"][start:start + self.micro, 1:].float()
+            logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+            log_probs = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            ratio = torch.exp(log_probs - log_probs.detach())
+            loss = -(batch["advantages"][start:start + self.micro] * ratio * mask).sum() / tokens
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+
 def roll_batch(trl_batch: dict) -> dict:
     """TRL's (left-padded prompt, completion) tensors as roll's rows: label-aligned per-token advantages."""
     import torch
@@ -169,7 +207,7 @@ def main() -> None:
         print(f"   roll-tiny fp32, {args.batch} rows per step in micro-batches of {args.micro}, groups of "
               f"{args.group}, ~{args.prompt} prompt + {args.completion} completion tokens, {args.threads} torch "
               f"thread(s), TRL {trl.__version__}", flush=True)
-        trl_side, roll_side = TRLSide(args, path, workdir + "/trl"), RollSide(args, path)
+        trl_side, roll_side, raw_side = TRLSide(args, path, workdir + "/trl"), RollSide(args, path), RawTorchSide(args, path)
         trl_default = TRLSide(args, path, workdir + "/trl-defaults", trl_defaults=True)
 
         def one(_run: int) -> dict[str, float]:
@@ -180,12 +218,14 @@ def main() -> None:
             rows = [roll_batch(b) for b in batches]
             roll_side.step(rows[0])  # warm-up
             roll_times = [roll_side.step(b) for b in rows]
-            return {"trl_tok_per_s": sum(tokens) / sum(trl_times), "roll_tok_per_s": sum(tokens) / sum(roll_times),
+            raw_side.step(rows[0])  # warm-up
+            raw_times = [raw_side.step(b) for b in rows]
+            return {"raw_tok_per_s": sum(tokens) / sum(raw_times), "trl_tok_per_s": sum(tokens) / sum(trl_times), "roll_tok_per_s": sum(tokens) / sum(roll_times),
                     "trl_defaults_tok_per_s": sum(default_tokens) / sum(default_times),
                     "trl_step_s": sum(trl_times) / len(trl_times), "roll_step_s": sum(roll_times) / len(roll_times),
                     "tokens_per_step": sum(tokens) / len(tokens)}
 
-        runs = measure.repeat(one, args.repeats, "TRL block, TRL-defaults block, roll block")
+        runs = measure.repeat(one, args.repeats, "TRL block, TRL-defaults block, roll block, plain PyTorch block")
         if args.profile:
             _, batches = trl_side.block()
             rows = [roll_batch(b) for b in batches]
@@ -201,13 +241,17 @@ def main() -> None:
                    col(runs, "trl_defaults_tok_per_s"), "tok/s")
     measure.report(results, "roll / TRL", measure.ratios(col(runs, "roll_tok_per_s"), col(runs, "trl_tok_per_s")),
                    ratio=True)
+    measure.report(results, "plain PyTorch loop train-step tokens/s", col(runs, "raw_tok_per_s"), "tok/s")
+    measure.report(results, "roll / plain PyTorch loop", measure.ratios(col(runs, "roll_tok_per_s"),
+                                                                       col(runs, "raw_tok_per_s")), ratio=True)
     measure.report(results, "roll / TRL with its defaults",
                    measure.ratios(col(runs, "roll_tok_per_s"), col(runs, "trl_defaults_tok_per_s")), ratio=True)
     if args.plot:
         measure.plot_series(args.plot, "GRPO train step on roll-tiny (fp32, CPU)", "trainer", "tokens per second",
                             {"median of runs, min-max bars": (
-                                ["TRL, its defaults", "TRL, fp32, no checkpointing", "roll hf_train"],
-                                [col(runs, k) for k in ("trl_defaults_tok_per_s", "trl_tok_per_s", "roll_tok_per_s")])},
+                                ["TRL, its defaults", "TRL, fp32, no checkpointing", "roll hf_train", "plain PyTorch"],
+                                [col(runs, k) for k in ("trl_defaults_tok_per_s", "trl_tok_per_s", "roll_tok_per_s",
+                                                        "raw_tok_per_s")])},
                             kind="bar", note=f"{args.batch} rows x ~{args.prompt}+{args.completion} tokens per step; "
                             "benchmarks/bench_train.py")
     measure.finish(results, args)
