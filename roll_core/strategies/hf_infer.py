@@ -7,8 +7,10 @@ token, and abort between steps; and on CPU the sampler, not the model, is the bo
 
 How a batch runs: prompts of different lengths are left-padded into one batch, with an
 ``attention_mask`` and ``position_ids`` counted from each prompt's first real token, so every
-request sees exactly the positions it would see alone. One prefill fills a ``DynamicCache``;
-then each decode step feeds one token per row. Finished rows stay in the batch (fed a pad
+request sees exactly the positions it would see alone. The prefill runs in buckets of similar
+prompt length, each padded only to its own longest, and joins their caches into one
+``DynamicCache`` (a batch of mixed lengths costs about its real tokens, not rows x longest); then
+each decode step feeds one token per row. Finished rows stay in the batch (fed a pad
 token, their samples ignored) until a quarter of the batch has finished; then the cache and the
 masks are compacted to the live rows. Requests are sorted by prompt length and cut into batches
 of at most ``max_batch_size``, which keeps padding low.
@@ -48,6 +50,8 @@ from roll_core.strategies.sampling import sample_next, sampling_from_generating_
 
 #: compact the batch once this fraction of its rows has finished
 COMPACT_FRACTION = 0.25
+#: a prompt shorter than this share of its prefill bucket's longest starts a new bucket
+PREFILL_BUCKET_RATIO = 0.75
 
 
 class HFInferStrategy(InferStrategy):
@@ -196,7 +200,6 @@ class HFInferStrategy(InferStrategy):
 
     @torch.inference_mode()
     def _generate_batch(self, requests: Sequence[GenerationRequest], epoch: int) -> list[GenerationOutput]:
-        from transformers import DynamicCache
 
         n = len(requests)
         params = [r.sampling for r in requests]
@@ -220,17 +223,11 @@ class HFInferStrategy(InferStrategy):
             rows = torch.tensor(live_rows)  # batch position -> request index
             prompts = [list(requests[i].prompt_ids) for i in live_rows]
             width = max(len(p) for p in prompts)
-            ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
             attn = torch.zeros((len(prompts), width), dtype=torch.long)
             for b, p in enumerate(prompts):
-                ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 attn[b, width - len(p) :] = 1
-            positions = (attn.cumsum(-1) - 1).clamp_(min=0)
-            attn, next_pos = attn.to(self.device), positions[:, -1:].to(self.device) + 1
-            cache = DynamicCache(config=self.model.config)
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=attn,
-                                position_ids=positions.to(self.device), past_key_values=cache,
-                                use_cache=True, logits_to_keep=1).logits[:, -1]
+            attn, next_pos = attn.to(self.device), attn.sum(-1, keepdim=True).to(self.device)
+            cache, logits = self._prefill(prompts)
             live = torch.ones(len(live_rows), dtype=torch.bool)  # per batch position
 
             for step in range(steps):
@@ -287,6 +284,82 @@ class HFInferStrategy(InferStrategy):
             )
             for i, r in enumerate(requests)
         ]
+
+
+    def _prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
+        """The KV cache of left-padded ``prompts`` and each row's next-token logits.
+
+        Rows are run through the model in buckets of similar prompt length
+        (:func:`prefill_buckets`), each padded only to its own longest prompt, and their caches
+        are joined into one left-padded cache for the decode steps: a batch of prompts of 32 to
+        512 tokens then costs about its real tokens instead of rows x longest (attention grows with
+        the square of that width). Models whose cache is not plain per-layer K/V (sliding-window
+        or recurrent layers) get one padded prefill.
+        """
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        buckets = prefill_buckets([len(p) for p in prompts])
+        parts = []
+        for rows in buckets if len(buckets) > 1 else ():
+            cache = DynamicCache(config=self.model.config)
+            logits = self._padded_forward([prompts[b] for b in rows], cache)
+            if not all(type(layer) is DynamicLayer for layer in cache.layers):
+                break  # not joinable: one padded prefill below
+            parts.append((rows, cache, logits))
+        else:
+            if parts:
+                return _join_caches(parts, len(prompts), max(len(p) for p in prompts), self.model.config)
+        cache = DynamicCache(config=self.model.config)
+        return cache, self._padded_forward(prompts, cache)
+
+    def _padded_forward(self, prompts: Sequence[Sequence[int]], cache: Any) -> torch.Tensor:
+        """One left-padded forward of ``prompts`` into ``cache``; the last position's logits per row."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attn[b, width - len(p) :] = 1
+        positions = (attn.cumsum(-1) - 1).clamp_(min=0)
+        return self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
+                          position_ids=positions.to(self.device), past_key_values=cache,
+                          use_cache=True, logits_to_keep=1).logits[:, -1]
+
+
+def _join_caches(parts: Sequence[tuple[list[int], Any, torch.Tensor]], n: int, width: int,
+                 config: Any) -> tuple[Any, torch.Tensor]:
+    """One left-padded ``DynamicCache`` of ``n`` rows and ``width`` positions, and the rows' logits,
+    from per-bucket ``(rows, cache, logits)``; each bucket's cache is right-aligned in it."""
+    from transformers import DynamicCache
+
+    joined = DynamicCache(config=config)
+    for layer_idx in range(len(parts[0][1].layers)):
+        first = parts[0][1].layers[layer_idx].keys
+        keys = first.new_zeros((n, first.shape[1], width, first.shape[3]))
+        values = keys.clone()
+        for rows, cache, _ in parts:
+            layer, index = cache.layers[layer_idx], torch.tensor(rows, device=first.device)
+            keys[index, :, width - layer.keys.shape[2] :] = layer.keys
+            values[index, :, width - layer.values.shape[2] :] = layer.values
+        joined.update(keys, values, layer_idx)
+    logits = parts[0][2].new_empty((n, parts[0][2].shape[-1]))
+    for rows, _, part_logits in parts:
+        logits[torch.tensor(rows, device=logits.device)] = part_logits
+    return joined, logits
+
+
+def prefill_buckets(lengths: Sequence[int], ratio: float = PREFILL_BUCKET_RATIO) -> list[list[int]]:
+    """Row indices grouped for prefill: longest first, a new bucket when a prompt is shorter than
+    ``ratio`` x its bucket's longest (so at most ``1 - ratio`` of a bucket's positions are padding)."""
+    buckets: list[list[int]] = []
+    bucket_width = 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if not buckets or lengths[i] < ratio * bucket_width:
+            buckets.append([])
+            bucket_width = lengths[i]
+        buckets[-1].append(i)
+    return buckets
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:

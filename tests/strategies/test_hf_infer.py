@@ -14,7 +14,7 @@ from roll_core.errors import ConfigError, RollError
 from roll_core.strategies import hf_infer as hf_infer_module
 from roll_core.strategies.attention import GROUPED_SDPA
 from roll_core.strategies.base import GenerationRequest, SamplingParams
-from roll_core.strategies.hf_infer import HFInferStrategy
+from roll_core.strategies.hf_infer import HFInferStrategy, prefill_buckets
 
 GREEDY = SamplingParams(max_new_tokens=10, temperature=0.0)
 
@@ -68,6 +68,32 @@ def test_grouped_query_attention_gives_transformers_sdpa_results_bit_for_bit(pea
     plain = strategy.generate(requests)
     assert [o.token_ids for o in grouped] == [o.token_ids for o in plain]
     assert [o.logprobs for o in grouped] == [o.logprobs for o in plain]
+
+
+def test_prompts_of_very_different_lengths_prefill_in_buckets(infer):
+    """Short and long prompts in one batch are prefilled in length buckets and joined into one
+    cache: every request still gets what it gets alone, with teacher-forced log-probs."""
+    base = prompts_of(infer, 6)
+    prompts = [base[0][:3], base[1], base[5] * 4, base[2][:12], base[5] * 2, base[3]]
+    assert len(prefill_buckets([len(p) for p in prompts])) >= 3
+    requests = [GenerationRequest(f"b{i}", p, SamplingParams(max_new_tokens=8, temperature=1.0, seed=i))
+                for i, p in enumerate(prompts)]
+    batched = infer.generate(requests)
+    for request, out in zip(requests, batched):
+        assert infer.generate([request])[0].token_ids == out.token_ids
+        reference = teacher_forced(infer, request.prompt_ids, out.token_ids)
+        assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
+
+
+def test_prefill_buckets_bound_the_padding():
+    lengths = [512, 40, 400, 390, 33, 100, 80, 512]
+    buckets = prefill_buckets(lengths)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+    assert buckets == [[0, 7, 2, 3], [5, 6], [1, 4]]  # longest first; 0.75 x the bucket's longest
+    for bucket in buckets:
+        width = max(lengths[i] for i in bucket)
+        assert all(lengths[i] >= 0.75 * width for i in bucket)
+    assert prefill_buckets([7]) == [[0]]
 
 
 def test_sampled_logprobs_are_temperature_scaled_model_logprobs(infer):
