@@ -160,6 +160,10 @@ def main() -> None:
         measure.report(results, f"hf_infer / vllm, {label}",
                        measure.ratios(col(runs, f"hf_infer_{mode}_tok_per_s"), col(runs, f"vllm_{mode}_tok_per_s")),
                        ratio=True)
+    for name in BACKENDS:  # what the scheduler costs each backend (issue target: vLLM >= 0.9)
+        measure.report(results, f"{name} through the scheduler / {name} one generate call",
+                       measure.ratios(col(runs, f"{name}_sched_tok_per_s"), col(runs, f"{name}_direct_tok_per_s")),
+                       ratio=True)
     if args.plot:
         series = {label: (list(BACKENDS), [col(runs, f"{name}_{mode}_tok_per_s") for name in BACKENDS])
                   for mode, label in (("sched", "through roll's generation scheduler"), ("direct", "one generate call"))}

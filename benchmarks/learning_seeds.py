@@ -15,7 +15,8 @@ Usage::
     # two config files compared (a setting's first item config=PATH replaces the command's config)
     python benchmarks/learning_seeds.py examples/sokoban/starpo.yaml --out runs/learning/sokoban \\
         --setting starpo --setting gigpo config=examples/sokoban/gigpo.yaml --seeds 42 43 44
-    # --no-run: only read and compare the runs already under --out
+    # --no-run: only read and compare the runs already under --out; --add-json FILE:SETTING adds a
+    # setting recorded by an earlier comparison's --json (a baseline that is not run again)
 """
 
 from __future__ import annotations
@@ -74,6 +75,17 @@ def curve(run_dir: Path) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def recorded_runs(spec: str, seeds: list[int]) -> list[tuple[str, int, list[tuple[int, float]]]]:
+    """``(setting, seed, curve)`` of ``SETTING`` in the ``--json`` file of ``FILE:SETTING``."""
+    path, _, name = spec.rpartition(":")
+    records = json.loads(Path(path).read_text())
+    found = [(name, seed, [tuple(p) for p in records[f"{name}_s{seed}"]["curve"]])
+             for seed in seeds if f"{name}_s{seed}" in records]
+    if not found:
+        raise SystemExit(f"--add-json {spec}: no runs of {name!r} for seeds {seeds} in {path}")
+    return found
+
+
 def summarise(points: list[tuple[int, float]]) -> dict:
     best_step, best = best_point(points)
     return {"start": points[0][1], "final": points[-1][1], "best": best, "best_step": best_step,
@@ -122,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                         "config=PATH runs that setting from another config file")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--no-run", action="store_true", help="only compare the runs already there")
+    parser.add_argument("--add-json", action="append", default=[], metavar="FILE:SETTING",
+                        help="also compare SETTING's runs as recorded in FILE (an earlier --json): a baseline "
+                        "measured in another comparison is not run again")
     parser.add_argument("--plot", help="PNG of the curves (seeds thin, mean bold)")
     parser.add_argument("--json", help="write every run's curve and summary here")
     args = parser.parse_args(argv)
@@ -143,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             if points:
                 curves.setdefault(name, {})[seed] = points
                 records[f"{name}_s{seed}"] = {"curve": points, **summarise(points)}
+    for spec in args.add_json:
+        for name, seed, points in recorded_runs(spec, args.seeds):
+            curves.setdefault(name, {})[seed] = points
     print("\n| setting | seeds | after warm start | final | best | mean of last 3 |\n|---|---|---|---|---|---|")
     for name, by_seed in curves.items():
         sums = [summarise(p) for p in by_seed.values()]
