@@ -335,11 +335,12 @@ def _join_caches(parts: Sequence[tuple[list[int], Any, torch.Tensor]], n: int, w
 
     joined = DynamicCache(config=config)
     for layer_idx in range(len(parts[0][1].layers)):
-        first = parts[0][1].layers[layer_idx].keys
-        keys = first.new_zeros((n, first.shape[1], width, first.shape[3]))
-        values = keys.clone()
+        first = parts[0][1].layers[layer_idx]
+        # keys and values apart: their head counts or sizes may differ (e.g. multi-head latent attention)
+        keys = first.keys.new_zeros((n, first.keys.shape[1], width, first.keys.shape[3]))
+        values = first.values.new_zeros((n, first.values.shape[1], width, first.values.shape[3]))
         for rows, cache, _ in parts:
-            layer, index = cache.layers[layer_idx], torch.tensor(rows, device=first.device)
+            layer, index = cache.layers[layer_idx], torch.tensor(rows, device=keys.device)
             keys[index, :, width - layer.keys.shape[2] :] = layer.keys
             values[index, :, width - layer.values.shape[2] :] = layer.values
         joined.update(keys, values, layer_idx)
