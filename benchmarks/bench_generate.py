@@ -56,14 +56,13 @@ class Backend:
         env = {"OMP_NUM_THREADS": str(args.threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                "VLLM_CPU_KVCACHE_SPACE": "1"}
         started = time.perf_counter()
-        # as roll's pipelines drive it: a call per request for engines that batch continuously
-        continuous = bool(get_registry().get("strategy", name).options.get("continuous_batching"))
-        self.worker = ray.remote(InferWorker).options(num_cpus=0, max_concurrency=args.max_batch + 1 if continuous else 2,
+        registration = get_registry().get("strategy", name)
+        self.worker = ray.remote(InferWorker).options(num_cpus=0, max_concurrency=2,
                                                       runtime_env={"env_vars": env}).remote(
-            name, worker_config, path, seed=0)
+            registration, worker_config, path, seed=0)
         ray.get(self.worker.policy_version.remote())
         self.start_s = time.perf_counter() - started
-        self.scheduler = start_generate_scheduler([self.worker], max_batch_size=args.max_batch, continuous=continuous)
+        self.scheduler = start_generate_scheduler([self.worker], max_batch_size=args.max_batch)
         self.name, self.clients = name, args.clients
 
     def through_scheduler(self, requests: list) -> dict[str, float]:

@@ -130,11 +130,6 @@ def roll_register_strategies(register):
         for infer strategies, ``True`` when the engine serves LoRA adapters natively: a run that
         trains LoRA then syncs the adapter (``load_adapter``) instead of merged weights, and builds
         the strategy with ``max_lora_rank=`` the adapter's rank.
-    ``continuous_batching``
-        for infer strategies, ``True`` when concurrent ``generate`` calls join one running batch
-        (vLLM, SGLang): the generation scheduler then sends each request as its own call as soon
-        as it arrives, up to ``infer_batch_size`` in flight, instead of one call per batch (which
-        makes every request wait for the slowest of its batch).
     """
 
 

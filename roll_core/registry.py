@@ -60,8 +60,7 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {
                             "granularity": _one_of("trajectory", "step")},
     "policy_loss": {},
     "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
-                 "critic": _target, "serves_lora": _instance(bool, "True or False"),
-                 "continuous_batching": _instance(bool, "True or False")},
+                 "critic": _target, "serves_lora": _instance(bool, "True or False")},
     "reward": {},
     "agent": {"config_model": _target,  # roll_core.config.resolve.agent_config_model
               "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents)

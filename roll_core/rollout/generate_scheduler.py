@@ -6,12 +6,6 @@ when it holds ``max_batch_size`` requests, or ``max_wait_s`` after its first req
 worker runs one batch at a time; requests of the same env (``route_key``) always go to the same
 worker, so a worker with a prefix cache sees the growing conversation of an env every turn.
 
-Engines that batch continuously (vLLM, SGLang: registration option ``continuous_batching``) are
-driven differently: a worker holds up to ``max_batch_size`` requests in flight, each sent as a
-call of its own as soon as it arrives; the engine joins it to its running batch, and each returns
-when it is done. One call per batch would make every request of a batch wait for the batch's
-longest one, and the engine idle between batches (measured: docs/benchmarks.md section 5).
-
 ``pause`` holds dispatching (running batches finish), ``abort`` also stops running batches: the
 aborted requests are queued again and regenerated after ``resume``, so env loops never see an
 abort. ``update_weights`` does pause, abort, wait, load, resume: the weight sync of async training.
@@ -44,19 +38,16 @@ class GenerateScheduler:
     ``abort(request_ids | None)`` and ``load_weights(weights, version)`` (see :class:`InferWorker`).
     """
 
-    def __init__(self, workers: list[Any], *, max_batch_size: int = 16, max_wait_s: float = 0.02,
-                 continuous: bool = False):
+    def __init__(self, workers: list[Any], *, max_batch_size: int = 16, max_wait_s: float = 0.02):
         if not workers:
             raise ValueError("GenerateScheduler needs at least one inference worker")
         self.workers = list(workers)
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_wait_s = max_wait_s
-        self.continuous = continuous
         n = len(self.workers)
         self.queues: list[deque[_Pending]] = [deque() for _ in range(n)]
         self.arrivals = [asyncio.Event() for _ in range(n)]
-        self.in_flight = [0] * n  # requests sent to each worker and not yet answered
-        self.freed = [asyncio.Event() for _ in range(n)]
+        self.busy = [False] * n
         self.routes: dict[str, int] = {}
         self.route_load = [0] * n
         self.resumed = asyncio.Event()
@@ -69,7 +60,6 @@ class GenerateScheduler:
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
         self._dispatchers: list[asyncio.Task] = []
-        self._calls: set[asyncio.Task] = set()
 
     # -- requests -----------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
@@ -99,20 +89,15 @@ class GenerateScheduler:
             self._dispatchers = [loop.create_task(self._dispatch(w)) for w in range(len(self.workers))]
 
     async def _collect(self, worker: int) -> list[_Pending]:
-        """Wait for a request (and, continuous, for room in flight), then up to ``max_wait_s`` for
-        the batch to fill; take it."""
+        """Wait for a request, then up to ``max_wait_s`` for the batch to fill; take it."""
         queue, arrivals = self.queues[worker], self.arrivals[worker]
         while not queue:
             arrivals.clear()
             await arrivals.wait()
-        while self.max_batch_size - self.in_flight[worker] <= 0:
-            self.freed[worker].clear()
-            await self.freed[worker].wait()
         await self.resumed.wait()
-        room = self.max_batch_size - self.in_flight[worker]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (0.0 if self.continuous else self.max_wait_s)
-        while len(queue) < room:
+        deadline = loop.time() + self.max_wait_s
+        while len(queue) < self.max_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -122,53 +107,42 @@ class GenerateScheduler:
             except TimeoutError:
                 break
         await self.resumed.wait()  # a pause may have come while the batch filled
-        return [queue.popleft() for _ in range(min(len(queue), room))]
+        return [queue.popleft() for _ in range(min(len(queue), self.max_batch_size))]
 
     async def _dispatch(self, worker: int) -> None:
         while True:
             batch = [p for p in await self._collect(worker) if not p.future.done()]
             if not batch:
                 continue
-            if not any(self.in_flight):
+            if not any(self.busy):
                 self.busy_since = time.perf_counter()
-            self.in_flight[worker] += len(batch)
+            self.busy[worker] = True
             self.idle.clear()
-            if self.continuous:  # a call per request: each returns when it is done, not with its batch
-                for pending in batch:
-                    call = asyncio.get_running_loop().create_task(self._run(worker, [pending]))
-                    self._calls.add(call)  # the loop keeps only weak references to tasks
-                    call.add_done_callback(self._calls.discard)
+            try:
+                outputs = await self.workers[worker].generate.remote([p.request for p in batch])
+            except Exception as exc:
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
             else:
-                await self._run(worker, batch)
-
-    async def _run(self, worker: int, batch: list[_Pending]) -> None:
-        """One call to ``worker`` for ``batch``; answers its futures, requeues aborted requests."""
-        try:
-            outputs = await self.workers[worker].generate.remote([p.request for p in batch])
-        except Exception as exc:
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(exc)
-        else:
-            self.stats_["batches"] += 1
-            self.stats_["batched_requests"] += len(batch)
-            requeue = []
-            for p, out in zip(batch, outputs):
-                if out.finish_reason == "abort":
-                    requeue.append(p)
-                elif not p.future.done():
-                    p.future.set_result(out)
-                    self.completed += 1
-            if requeue:  # regenerated after resume, by the new weights
-                self.stats_["requeued_aborts"] += len(requeue)
-                self.queues[worker].extendleft(reversed(requeue))
-                self.arrivals[worker].set()
-        finally:
-            self.in_flight[worker] -= len(batch)
-            self.freed[worker].set()
-            if not any(self.in_flight):
-                self.idle.set()
-                self.busy_s += time.perf_counter() - self.busy_since
+                self.stats_["batches"] += 1
+                self.stats_["batched_requests"] += len(batch)
+                requeue = []
+                for p, out in zip(batch, outputs):
+                    if out.finish_reason == "abort":
+                        requeue.append(p)
+                    elif not p.future.done():
+                        p.future.set_result(out)
+                        self.completed += 1
+                if requeue:  # regenerated after resume, by the new weights
+                    self.stats_["requeued_aborts"] += len(requeue)
+                    self.queues[worker].extendleft(reversed(requeue))
+                    self.arrivals[worker].set()
+            finally:
+                self.busy[worker] = False
+                if not any(self.busy):
+                    self.idle.set()
+                    self.busy_s += time.perf_counter() - self.busy_since
 
     # -- control ------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -206,12 +180,11 @@ class GenerateScheduler:
     def activity(self) -> dict[str, float]:
         """Cumulative generating time and answered requests; differences over a window of the
         driver's (a train step) say how much generation overlapped it."""
-        running = time.perf_counter() - self.busy_since if any(self.in_flight) else 0.0
+        running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
         return {"busy_s": self.busy_s + running, "completed": float(self.completed)}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)
         return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
-                "queued": sum(len(q) for q in self.queues), "in_flight": sum(self.in_flight),
-                "paused": not self.resumed.is_set(),
+                "queued": sum(len(q) for q in self.queues), "paused": not self.resumed.is_set(),
                 "version": self.version, "routes": len(self.routes)}

@@ -4,9 +4,7 @@ There is one way to start them, :func:`start_generation` (the pipelines and ``ro
 use it): every worker is built from the run's bound ``actor_infer`` strategy with the *same* seed,
 so with a locally built model every worker starts from the same weights and they serve one policy
 from the first request on. Workers are created with ``max_concurrency=2`` so that ``abort`` runs
-while ``generate`` is busy (strategies see aborts between decode steps); workers of an engine that
-batches continuously (registration option ``continuous_batching``) take ``infer_batch_size + 1``
-concurrent calls, one per request in flight (see :mod:`roll_core.rollout.generate_scheduler`).
+while ``generate`` is busy; strategies see aborts between decode steps.
 """
 
 from __future__ import annotations
@@ -74,18 +72,14 @@ class Generation:
             worker_options = [dict(options or {})] * max(1, num_workers)
         remote = ray.remote(InferWorker)
         strategy = run.strategy("actor_infer")
-        batch = max_batch_size or infer.infer_batch_size
-        continuous = bool(strategy.options.get("continuous_batching"))  # hookspecs: continuous_batching
         if getattr(run, "syncs_adapters", False):  # the engine gets adapters of this rank (hookspecs: serves_lora)
             overrides.setdefault("max_lora_rank", run.lora.rank)
         # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
-        # a call per request in flight when the engine batches continuously, plus one for abort
-        concurrency = batch + 1 if continuous else 2
-        self.workers = [remote.options(**{**o, "max_concurrency": concurrency}).remote(
+        self.workers = [remote.options(**{**o, "max_concurrency": 2}).remote(
             strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
             for o in worker_options]
         ray.get([w.policy_version.remote() for w in self.workers])
-        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=batch, continuous=continuous)
+        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size)
 
     def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
         """Load new weights everywhere: a state dict (put into the object store once here), or
@@ -126,8 +120,7 @@ def start_generation(run: Any, *, placement: Any = None, num_workers: int = 1, o
                       max_batch_size=max_batch_size, **overrides)
 
 
-def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02,
-                             continuous: bool = False) -> Any:
+def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02) -> Any:
     """The :class:`GenerateScheduler` actor in front of ``workers``."""
     import ray
 
@@ -136,5 +129,5 @@ def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wai
 
     return ray.remote(GenerateScheduler).options(num_cpus=0, max_concurrency=100_000,
                                                  scheduling_strategy=on_driver_node()).remote(
-        workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s, continuous=continuous
+        workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s
     )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from roll_core.rollout.generate_scheduler import GenerateScheduler
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, SamplingParams
 
@@ -80,64 +78,15 @@ def test_pause_holds_dispatch_and_resume_releases_it():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("continuous, calls", [(False, 2), (True, 6)])
-def test_weight_update_aborts_and_regenerates_with_the_new_version(continuous, calls):
+def test_weight_update_aborts_and_regenerates_with_the_new_version():
     async def main():
         worker = FakeWorker("a", delay=0.3)
-        gen = GenerateScheduler([worker], max_batch_size=8, max_wait_s=0.0, continuous=continuous)
+        gen = GenerateScheduler([worker], max_batch_size=8, max_wait_s=0.0)
         pending = [asyncio.ensure_future(gen.generate(request(i))) for i in range(3)]
         await asyncio.sleep(0.05)  # the batch is running on version 0
         assert await gen.update_weights({"w": 1}, 5) == 5
         outputs = await asyncio.gather(*pending)
         assert {o.finish_reason for o in outputs} == {"stop"}  # env loops never see the abort
         assert {o.policy_version for o in outputs} == {5}
-        assert gen.stats()["requeued_aborts"] == 3 and len(worker.batches) == calls
+        assert gen.stats()["requeued_aborts"] == 3 and len(worker.batches) == 2
     asyncio.run(main())
-
-
-class ContinuousWorker(FakeWorker):
-    """Answers each call after its slowest request (``slow`` route keys take ``slow_s``); records
-    how many requests it held at once, as a continuously batching engine would run them."""
-
-    def __init__(self, slow_s=0.3, fast_s=0.01):
-        super().__init__("c")
-        self.slow_s, self.fast_s = slow_s, fast_s
-        self.running, self.most_running = 0, 0
-
-    async def _generate(self, requests):
-        self.batches.append([r.request_id for r in requests])
-        self.running += len(requests)
-        self.most_running = max(self.most_running, self.running)
-        await asyncio.sleep(max(self.slow_s if r.route_key == "slow" else self.fast_s for r in requests))
-        self.running -= len(requests)
-        return [GenerationOutput(r.request_id, [1], [-0.1], "stop", self.version) for r in requests]
-
-
-def closed_loop(continuous: bool, max_batch_size: int) -> tuple[list[str], ContinuousWorker]:
-    """8 env loops of 5 turns each, one of them slow; returns the order in which the loops finished."""
-    async def main():
-        worker = ContinuousWorker()
-        gen = GenerateScheduler([worker], max_batch_size=max_batch_size, max_wait_s=0.0, continuous=continuous)
-        finished = []
-
-        async def env(key):
-            for turn in range(5):
-                await gen.generate(request(f"{key}-{turn}", key))
-            finished.append(key)
-
-        await asyncio.gather(env("slow"), *(env(f"fast{i}") for i in range(7)))
-        assert gen.stats()["in_flight"] == 0 and gen.idle.is_set()
-        return finished, worker
-    return asyncio.run(main())
-
-
-def test_continuous_batching_engines_get_requests_as_they_come():
-    """With one call per batch, every turn of the fast loops waits for the slow loop's turn; with
-    continuous dispatch the fast loops' turns go out while the slow one runs, never more than
-    max_batch_size requests in flight."""
-    finished, worker = closed_loop(continuous=True, max_batch_size=4)
-    assert finished[-1] == "slow" and worker.most_running == 4
-    assert {len(b) for b in worker.batches} == {1}  # a call per request
-    _, batch_worker = closed_loop(continuous=False, max_batch_size=8)
-    assert len(batch_worker.batches) == 5  # every call holds all 8 loops' turn: the slow one sets the pace
-    assert all(len(b) == 8 for b in batch_worker.batches)

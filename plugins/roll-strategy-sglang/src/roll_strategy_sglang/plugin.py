@@ -11,6 +11,5 @@ def roll_register_strategies(register):
         description="SGLang generation: continuous batching, log-probs, weight sync, memory release (CUDA)",
         requires=("roll-strategy-sglang[gpu]",),
         role="infer",
-        continuous_batching=True,
         needs_gpu=True,
     )

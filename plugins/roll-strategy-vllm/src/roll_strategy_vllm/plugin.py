@@ -12,6 +12,5 @@ def roll_register_strategies(register):
         requires=("roll-strategy-vllm[gpu]",),
         role="infer",
         serves_lora=True,
-        continuous_batching=True,
         needs_gpu=False,
     )
