@@ -200,7 +200,6 @@ class HFInferStrategy(InferStrategy):
 
     @torch.inference_mode()
     def _generate_batch(self, requests: Sequence[GenerationRequest], epoch: int) -> list[GenerationOutput]:
-
         n = len(requests)
         params = [r.sampling for r in requests]
         max_new = torch.tensor([max(0, p.max_new_tokens) for p in params])
@@ -284,7 +283,6 @@ class HFInferStrategy(InferStrategy):
             )
             for i, r in enumerate(requests)
         ]
-
 
     def _prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
         """The KV cache of left-padded ``prompts`` and each row's next-token logits.
