@@ -221,10 +221,7 @@ class HFInferStrategy(InferStrategy):
         if live_rows:
             rows = torch.tensor(live_rows)  # batch position -> request index
             prompts = [list(requests[i].prompt_ids) for i in live_rows]
-            width = max(len(p) for p in prompts)
-            attn = torch.zeros((len(prompts), width), dtype=torch.long)
-            for b, p in enumerate(prompts):
-                attn[b, width - len(p) :] = 1
+            attn = _left_padding_mask(prompts)
             attn, next_pos = attn.to(self.device), attn.sum(-1, keepdim=True).to(self.device)
             cache, logits = self._prefill(prompts)
             live = torch.ones(len(live_rows), dtype=torch.bool)  # per batch position
@@ -313,16 +310,21 @@ class HFInferStrategy(InferStrategy):
 
     def _padded_forward(self, prompts: Sequence[Sequence[int]], cache: Any) -> torch.Tensor:
         """One left-padded forward of ``prompts`` into ``cache``; the last position's logits per row."""
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(prompts), width), dtype=torch.long)
+        attn = _left_padding_mask(prompts)
+        ids = torch.full(attn.shape, self.pad_token_id, dtype=torch.long)
         for b, p in enumerate(prompts):
-            ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[b, width - len(p) :] = 1
+            ids[b, attn.shape[1] - len(p) :] = torch.tensor(p, dtype=torch.long)
         positions = (attn.cumsum(-1) - 1).clamp_(min=0)
         return self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
                           position_ids=positions.to(self.device), past_key_values=cache,
                           use_cache=True, logits_to_keep=1).logits[:, -1]
+
+
+def _left_padding_mask(prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``(rows, longest)`` attention mask of ``prompts`` left-padded to the longest: 1 on real tokens."""
+    lengths = torch.tensor([len(p) for p in prompts])
+    width = int(lengths.max())
+    return (torch.arange(width) >= width - lengths[:, None]).long()
 
 
 def _join_caches(parts: Sequence[tuple[list[int], Any, torch.Tensor]], n: int, width: int,
