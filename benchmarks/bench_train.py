@@ -207,7 +207,8 @@ def main() -> None:
         print(f"   roll-tiny fp32, {args.batch} rows per step in micro-batches of {args.micro}, groups of "
               f"{args.group}, ~{args.prompt} prompt + {args.completion} completion tokens, {args.threads} torch "
               f"thread(s), TRL {trl.__version__}", flush=True)
-        trl_side, roll_side, raw_side = TRLSide(args, path, workdir + "/trl"), RollSide(args, path), RawTorchSide(args, path)
+        trl_side, roll_side = TRLSide(args, path, workdir + "/trl"), RollSide(args, path)
+        raw_side = RawTorchSide(args, path)
         trl_default = TRLSide(args, path, workdir + "/trl-defaults", trl_defaults=True)
 
         def one(_run: int) -> dict[str, float]:
@@ -220,7 +221,8 @@ def main() -> None:
             roll_times = [roll_side.step(b) for b in rows]
             raw_side.step(rows[0])  # warm-up
             raw_times = [raw_side.step(b) for b in rows]
-            return {"raw_tok_per_s": sum(tokens) / sum(raw_times), "trl_tok_per_s": sum(tokens) / sum(trl_times), "roll_tok_per_s": sum(tokens) / sum(roll_times),
+            return {"trl_tok_per_s": sum(tokens) / sum(trl_times), "roll_tok_per_s": sum(tokens) / sum(roll_times),
+                    "raw_tok_per_s": sum(tokens) / sum(raw_times),
                     "trl_defaults_tok_per_s": sum(default_tokens) / sum(default_times),
                     "trl_step_s": sum(trl_times) / len(trl_times), "roll_step_s": sum(roll_times) / len(roll_times),
                     "tokens_per_step": sum(tokens) / len(tokens)}

@@ -143,10 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     curves: dict[str, dict[int, list[tuple[int, float]]]] = {}
     records = {}
-    configs = {setting_config(args.config, overrides)[0]: None for _, *overrides in args.setting}
+    settings = [(name, *setting_config(args.config, overrides)) for name, *overrides in args.setting]
     for seed in args.seeds:  # seed-major: an interrupted comparison has every setting for the seeds done
-        for name, *overrides in args.setting:
-            config, overrides = setting_config(args.config, overrides)
+        for name, config, overrides in settings:
             run_dir = out / f"{name}_s{seed}"
             if not args.no_run:
                 record = run_one(config, run_dir, overrides, seed)
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {len(sums)} | {spread([s['start'] for s in sums])} | {spread([s['final'] for s in sums])} "
               f"| {spread([s['best'] for s in sums])} | {spread([s['last3'] for s in sums])} |")
     if args.plot and curves:
-        plot(curves, args.plot, f"{' / '.join(Path(c).name for c in configs)}: validation success over {len(args.seeds)} seeds")
+        plot(curves, args.plot, f"{' / '.join(dict.fromkeys(Path(c).name for _, c, _ in settings))}: validation success over {len(args.seeds)} seeds")
         print(f"plot: {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
