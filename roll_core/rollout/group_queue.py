@@ -127,7 +127,7 @@ class GroupQueue:
         key = group.ticket.key
         if self.outstanding.pop(key, None) is None:
             if self.given_back.pop(key, None) is None:
-                self.drops["duplicate"] += len(group.trajectories)
+                self.drops["duplicate"] += group.size
                 return
             self.admission.forget(group.ticket.group_id, group.ticket.episode_id)
         self.ready.append(group)
@@ -236,13 +236,13 @@ class GroupQueue:
         stale = [g for g in self.ready if g.min_version < bound]
         if stale:
             self.ready = [g for g in self.ready if g.min_version >= bound]
-            self.drops["stale"] += sum(len(g.trajectories) for g in stale)
+            self.drops["stale"] += sum(g.size for g in stale)
             self._pump()
 
     def _start_pass(self) -> None:
         """Validation: forget the previous pass; the next one replays the same (group, episode) pairs."""
         self.pass_id += 1
-        leftovers = sum(len(g.trajectories) for g in self.ready)
+        leftovers = sum(g.size for g in self.ready)
         if leftovers:
             self.drops["stale"] += leftovers
         self.ready = []

@@ -7,6 +7,7 @@ a :class:`Release` (the group gave the episode up), so the queue only ever holds
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 
 from roll_core.rollout.trajectory import Trajectory
@@ -26,19 +27,41 @@ class Ticket:
         return (self.pass_id, self.group_id, self.episode_id)
 
 
-@dataclass
 class GroupResult:
-    ticket: Ticket
-    tag: str
-    trajectories: list[Trajectory]
+    """A finished group: its ticket, env tag and trajectories (in member order).
+
+    The trajectories travel env manager -> group queue -> driver as one pickled blob: the queue
+    routes a group by its ticket, size and policy versions and never looks inside, so it forwards
+    the blob instead of unpickling and pickling every trajectory again (that was half of the
+    queue's CPU at 1024 envs; docs/benchmarks.md, section 1). They are unpickled on first use.
+    """
+
+    __slots__ = ("ticket", "tag", "size", "min_version", "max_version", "_trajectories", "_blob")
+
+    def __init__(self, ticket: Ticket, tag: str, trajectories: list[Trajectory]):
+        self.ticket, self.tag = ticket, tag
+        self._trajectories: list[Trajectory] | None = list(trajectories)
+        self._blob: bytes | None = None
+        self.size = len(self._trajectories)
+        self.min_version = min((t.min_version for t in self._trajectories), default=-1)
+        self.max_version = max((t.max_version for t in self._trajectories), default=-1)
 
     @property
-    def min_version(self) -> int:
-        return min(t.min_version for t in self.trajectories)
+    def trajectories(self) -> list[Trajectory]:
+        if self._trajectories is None:
+            self._trajectories, self._blob = pickle.loads(self._blob), None
+        return self._trajectories
 
-    @property
-    def max_version(self) -> int:
-        return max(t.max_version for t in self.trajectories)
+    def __getstate__(self) -> tuple:
+        blob = self._blob if self._trajectories is None else pickle.dumps(self._trajectories, protocol=5)
+        return self.ticket, self.tag, self.size, self.min_version, self.max_version, blob
+
+    def __setstate__(self, state: tuple) -> None:
+        self.ticket, self.tag, self.size, self.min_version, self.max_version, self._blob = state
+        self._trajectories = None
+
+    def __repr__(self) -> str:
+        return f"GroupResult({self.ticket!r}, {self.tag!r}, {self.size} trajectories)"
 
 
 @dataclass(frozen=True)

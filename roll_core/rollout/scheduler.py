@@ -17,11 +17,14 @@ as ``rollout/dropped_trajectories/stale``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import logging
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from roll_core.distributed.placement import on_driver_node
@@ -157,19 +160,21 @@ class RolloutScheduler:
         if timeout is None and self.batch_timeout_s is not None:
             timeout, setting = self.batch_timeout_s, "rpc_timeout"
         started = time.perf_counter()
-        result = ray.get(self.queue.get_batch.remote(n // self.spec.group_size, timeout, self.spec.stall_timeout_s))
-        elapsed = time.perf_counter() - started
-        if result["groups"] is None:
-            if result.get("error"):
-                raise RolloutError(result["error"])
-            hint = f"; raise {setting} (now {timeout:g}) if batches are merely slow" if setting else ""
-            raise RolloutTimeout(f"get_batch({n}) of the {self.spec.mode} rollout timed out after "
-                                 f"{elapsed:.1f} s{hint}; last failure: {result.get('last_failure') or 'none'}; "
-                                 f"queue state: {result['status']}")
-        trajectories = [t for group in result["groups"] for t in group.trajectories]
-        metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
-        return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
-                           metrics=metrics)
+        with paused_gc():
+            result = ray.get(self.queue.get_batch.remote(n // self.spec.group_size, timeout,
+                                                         self.spec.stall_timeout_s))
+            elapsed = time.perf_counter() - started
+            if result["groups"] is None:
+                if result.get("error"):
+                    raise RolloutError(result["error"])
+                hint = f"; raise {setting} (now {timeout:g}) if batches are merely slow" if setting else ""
+                raise RolloutTimeout(f"get_batch({n}) of the {self.spec.mode} rollout timed out after "
+                                     f"{elapsed:.1f} s{hint}; last failure: {result.get('last_failure') or 'none'}; "
+                                     f"queue state: {result['status']}")
+            trajectories = [t for group in result["groups"] for t in group.trajectories]
+            metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
+            return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
+                               metrics=metrics)
 
     # -- control ------------------------------------------------------------------------------
     def set_version(self, version: int) -> None:
@@ -271,3 +276,22 @@ def _cause(exc: BaseException) -> str:
     while cause is not None and (getattr(cause, "cause", None) or cause.__cause__) is not None:
         cause = getattr(cause, "cause", None) or cause.__cause__
     return str(cause or exc).strip().splitlines()[-1] if str(cause or exc).strip() else repr(exc)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is unpickled and assembled.
+
+    A batch is ~100 container objects per trajectory that all stay alive, and so many new
+    long-lived objects make the collector walk the driver's whole heap (a few hundred thousand
+    objects: torch, transformers, Ray) again and again: with collection on, 80 % of unpickling
+    1024 trajectories was the collector (docs/benchmarks.md, section 1). Nothing created here is
+    cyclic garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -159,3 +159,17 @@ def test_state_dict_resumes_the_same_episode_seeds():
         assert (ticket.group_id, ticket.episode_id, ticket.seed) == \
             (expected.group_id, expected.episode_id, expected.seed) == (1, 0, 1000)
     asyncio.run(main())
+
+
+def test_a_group_crosses_the_queue_as_one_blob_and_unpacks_on_first_use():
+    import pickle
+
+    from roll_core.rollout.protocol import Ticket
+
+    group = fake_group(Ticket(group_id=3, episode_id=1, seed=7, version=2), size=3, version=2)
+    at_queue = pickle.loads(pickle.dumps(group))
+    assert (at_queue.size, at_queue.min_version, at_queue.max_version) == (3, 2, 2)
+    assert at_queue._trajectories is None  # the queue routes it without unpickling its trajectories
+    at_driver = pickle.loads(pickle.dumps(at_queue))  # forwarded as the same blob
+    assert [t.traj_id for t in at_driver.trajectories] == [t.traj_id for t in group.trajectories]
+    assert at_driver.trajectories[2].turns[0].response_ids == [2] and at_driver.ticket == group.ticket

@@ -329,3 +329,18 @@ def test_envs_whose_calls_only_compute_run_on_the_event_loop(codec, test_registr
     inline, inline_threads, loop = play(True)
     assert inline_threads and all(t == loop for t in inline_threads)
     assert inline.token_stream()[0] == pooled.token_stream()[0] and inline.terminated and pooled.terminated
+
+
+def test_collate_right_pads_each_row_and_puts_its_reward_on_its_last_token():
+    from roll_core.rollout.batch import collate
+
+    rows = [([5, 6, 7], [0, 1, 1], [0.0, -0.5, -0.25]), ([8], [0], [0.0]), ([1, 2, 3, 4, 9], [0, 0, 1, 0, 1],
+                                                                           [0.0, 0.0, -1.5, 0.0, -2.0])]
+    out = collate(rows, [1.0, -1.0, 0.5], pad_id=0)
+    assert out["input_ids"].tolist() == [[5, 6, 7, 0, 0], [8, 0, 0, 0, 0], [1, 2, 3, 4, 9]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert out["response_mask"].tolist() == [[0, 1, 1, 0, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 1]]
+    assert out["position_ids"].tolist() == [[0, 1, 2, 0, 0], [0, 0, 0, 0, 0], [0, 1, 2, 3, 4]]
+    assert out["infer_logprobs"].tolist() == [[-0.5, -0.25, 0.0, 0.0], [0.0] * 4, [0.0, -1.5, 0.0, -2.0]]
+    assert out["scores"].tolist() == [[0, 0, 1.0, 0, 0], [-1.0, 0, 0, 0, 0], [0, 0, 0, 0, 0.5]]
+    assert out["input_ids"].dtype == torch.long and out["infer_logprobs"].dtype == torch.float32
