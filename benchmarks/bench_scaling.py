@@ -4,7 +4,9 @@ At each size the engine starts with groups of 8 and ``--envs-per-worker`` envs p
 actor (so the number of processes grows with the envs, as a real deployment's would), serves one
 warm-up batch of every env, then ``--repeats`` timed batches. Memory is the resident size of the
 env-manager processes after the warm-up; "per env" divides it by the envs, "marginal" is the slope
-between consecutive sizes (what one more env costs once the processes exist). Each repeat also
+between consecutive sizes (what one more env costs once the processes exist). The proportional set
+size (PSS) is reported next to it: resident memory counts the pages the processes share (Python's
+and Ray's libraries) once per process, PSS splits them among the processes that share them. Each repeat also
 times the raw gymnasium loop on the same steps, so throughput is reported as a ratio too.
 
 Usage: python benchmarks/bench_scaling.py [--sizes 64,256,1024,4096] [--quick] [--plot docs/images/bench_scaling.png]
@@ -22,7 +24,7 @@ def measure_size(envs: int, args) -> dict:
     engine = rollouts.EngineRollout(setup)
     try:
         engine.window(1)
-        rss = engine.rss_bytes()
+        rss, pss = engine.rss_bytes(), engine.pss_bytes()
 
         def one(run: int) -> dict[str, float]:
             roll = engine.window(1)
@@ -33,7 +35,8 @@ def measure_size(envs: int, args) -> dict:
         runs = measure.repeat(one, args.repeats, f"{envs} envs")
     finally:
         engine.close()
-    return {"envs": envs, "workers": len(engine.pids), "start_s": engine.start_s, "rss_bytes": rss, "runs": runs}
+    return {"envs": envs, "workers": len(engine.pids), "start_s": engine.start_s, "rss_bytes": rss, "pss_bytes": pss,
+            "runs": runs}
 
 
 def main() -> None:
@@ -56,7 +59,8 @@ def main() -> None:
         point = measure_size(envs, args)
         points.append(point)
         print(f"   {envs} envs: {point['workers']} env managers, started in {point['start_s']:.1f} s, "
-              f"{point['rss_bytes'] / 2**20:.0f} MiB resident ({point['rss_bytes'] / envs / 2**10:.0f} KiB per env)",
+              f"{point['rss_bytes'] / 2**20:.0f} MiB resident ({point['rss_bytes'] / envs / 2**10:.0f} KiB per env), "
+              f"{point['pss_bytes'] / 2**20:.0f} MiB proportional ({point['pss_bytes'] / envs / 2**10:.0f} KiB per env)",
               flush=True)
     results["points"] = points
     col = measure.column
@@ -72,7 +76,7 @@ def main() -> None:
             marginal = (point["rss_bytes"] - previous["rss_bytes"]) / (n - previous["envs"]) / 2**10
             point["marginal_kib_per_env"] = marginal
             line += f", marginal {marginal:.0f} KiB per env (from {previous['envs']})"
-        print(line)
+        print(line + f"; proportional (PSS) {point['pss_bytes'] / n / 2**10:.0f} KiB per env")
     if args.plot:
         plot(args, points)
     measure.finish(results, args)
@@ -102,6 +106,9 @@ def plot(args, points) -> None:
     right.plot(xs, [p["rss_bytes"] / p["envs"] / 2**10 for p in points], marker="o", label="resident / envs")
     marginal = [p.get("marginal_kib_per_env") for p in points]
     right.plot(xs[1:], marginal[1:], marker="s", label="marginal (slope)")
+    if all(p.get("pss_bytes") for p in points):
+        right.plot(xs, [p["pss_bytes"] / p["envs"] / 2**10 for p in points], marker="^",
+                   label="proportional (PSS) / envs")
     right.set(xlabel="envs", ylabel="KiB per env", title="Env-manager memory per env")
     right.set_xscale("log", base=2)
     right.set_yscale("log")

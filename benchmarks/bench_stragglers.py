@@ -10,6 +10,9 @@ latency draws) with the same concurrency (one thread per env):
   the others; the batch waits for the slowest *episode*.
 * roll k=1, k=2 (async): env loops run up to k batches ahead, so a slow episode delays only its
   own group.
+* roll k=1 +r (``group_size_redundancy: r``, ROLL's): r extra envs per group, the first
+  ``group_size`` members to finish make the group; its ideal is that of its larger env count, so
+  the episodes it throws away count as lost work.
 * ideal: total sleep / concurrency (every thread busy all the time), from the lockstep's draws.
 
 Two latency scales: at 20 ms the engine's own CPU time on 2 cores is part of the picture, at 100 ms
@@ -28,7 +31,7 @@ import measure
 TAG = "Straggler"
 
 
-def rollout_spec(args, ratio: float):
+def rollout_spec(args, ratio: float, redundancy: int = 0):
     from roll_core.config import bind_env
     from roll_core.plugins import PluginManager
     from roll_core.rollout.spec import EnvSpec, RolloutSpec
@@ -40,7 +43,7 @@ def rollout_spec(args, ratio: float):
         mode="train", seed=7, num_env_groups=args.groups, group_size=args.group_size,
         max_env_num_per_worker=args.envs_per_worker, group_tags=(TAG,) * args.groups, envs={TAG: env},
         sequence_length=4096, sampling=SamplingParams(max_new_tokens=16), policy="random",
-        async_generation_ratio=ratio,
+        async_generation_ratio=ratio, group_size_redundancy=redundancy,
     )
 
 
@@ -52,12 +55,12 @@ def env_config(args) -> dict:
 class RollRollout:
     """roll's rollout of the straggler envs; :meth:`window` times ``batches`` back-to-back batches."""
 
-    def __init__(self, args, ratio: float):
+    def __init__(self, args, ratio: float, redundancy: int = 0):
         from roll_core.rollout import RolloutScheduler
         from roll_core.rollout.tokenizer import tiny_tokenizer
 
         self.args, self.n = args, args.groups * args.group_size
-        self.scheduler = RolloutScheduler(rollout_spec(args, ratio), tiny_tokenizer(), batch_size=self.n)
+        self.scheduler = RolloutScheduler(rollout_spec(args, ratio, redundancy), tiny_tokenizer(), batch_size=self.n)
 
     def window(self) -> dict[str, float]:
         # one untimed batch first: with lookahead, the batch generated ahead while the other rollouts
@@ -124,6 +127,8 @@ def measure_all(args) -> list[dict[str, float]]:
     try:
         for k in args.ratios:
             systems[f"roll_k{k:g}"] = RollRollout(args, k)
+        for r in args.redundancy:
+            systems[f"roll_k1_r{r}"] = RollRollout(args, 1.0, redundancy=r)
 
         def one(_run: int) -> dict[str, float]:
             out = {}
@@ -146,10 +151,13 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=3, help="batches per measured window")
     p.add_argument("--ratios", default="0,1,2", help="async_generation_ratio values of roll's rollouts")
     p.add_argument("--scales", default="0.02,0.1", help="Pareto scales (shortest step latency, s), one run each")
+    p.add_argument("--redundancy", default="1,2",
+                   help="group_size_redundancy values of extra roll k=1 rollouts ('' for none)")
     p.add_argument("--alpha", type=float, default=1.5)
     p.add_argument("--cap-factor", type=float, default=100.0, help="no step sleeps longer than this x scale")
     args = p.parse_args()
     args.ratios = [float(k) for k in args.ratios.split(",")]
+    args.redundancy = [int(r) for r in args.redundancy.split(",") if r.strip()]
     scales = [float(x) for x in args.scales.split(",")]
     if args.quick:
         args.groups, args.group_size, args.envs_per_worker, args.turns, args.batches = 2, 4, 8, 2, 2
@@ -157,9 +165,10 @@ def main() -> None:
     measure.setup_env()
     results = measure.print_header("straggler tolerance: env-level async rollout vs lockstep", args)
     results["config"] = {k: getattr(args, k) for k in ("groups", "group_size", "turns", "batches", "alpha",
-                                                       "cap_factor", "envs_per_worker", "ratios")}
+                                                       "cap_factor", "envs_per_worker", "ratios", "redundancy")}
     measure.start_ray()
-    names = ["lockstep", *(f"roll_k{k:g}" for k in args.ratios)]
+    names = ["lockstep", *(f"roll_k{k:g}" for k in args.ratios), *(f"roll_k1_r{r}" for r in args.redundancy)]
+    envs = args.groups * args.group_size
     fractions = {}
     for scale in scales:
         args.scale, args.cap = scale, scale * args.cap_factor
@@ -177,10 +186,15 @@ def main() -> None:
             measure.report(results, f"{label} {name} / lockstep",
                            measure.ratios(measure.column(runs, f"{name}_traj_per_s"), lock), ratio=True)
         for name in names:
-            fractions[(scale, name)] = measure.ratios(measure.column(runs, f"{name}_traj_per_s"), ideal)
-            measure.report(results, f"{label} {name} / ideal", fractions[(scale, name)], ratio=True)
+            # redundant envs are more concurrency: their ideal is that of their env count (the episodes
+            # they play and throw away count as lost work)
+            extra = int(name.split("_r")[1]) * args.groups if "_r" in name else 0
+            scaled = [x * (envs + extra) / envs for x in ideal]
+            fractions[(scale, name)] = measure.ratios(measure.column(runs, f"{name}_traj_per_s"), scaled)
+            measure.report(results, f"{label} {name} / ideal{' (its env count)' if extra else ''}",
+                           fractions[(scale, name)], ratio=True)
     if args.plot:
-        labels = [name.replace("roll_k", "roll k=") for name in names]
+        labels = [name.replace("roll_k", "roll k=").replace("_r", " +") for name in names]
         measure.plot_series(
             args.plot, f"Straggler tolerance: {args.groups * args.group_size} envs x {args.turns} turns, "
             f"Pareto(alpha={args.alpha}) step latency", "rollout", "throughput / ideal (total work / concurrency)",

@@ -164,6 +164,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def pss_bytes(pid: int) -> int:
+    """Proportional set size of one process (Linux /proc): its resident pages, each page shared with
+    other processes (libraries, Ray's core worker) counted as its share; 0 where it cannot be read."""
+    try:
+        for text in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if text.startswith("Pss:"):
+                return int(text.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def plot_series(path: str | Path, title: str, xlabel: str, ylabel: str,
                 series: dict[str, tuple[Sequence[float], Sequence[Sequence[float]]]], *,
                 logx: bool = False, logy: bool = False, note: str = "", kind: str = "line",

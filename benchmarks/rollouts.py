@@ -79,6 +79,10 @@ class EngineRollout:
         """Resident memory of the env-manager processes together."""
         return sum(measure.rss_bytes(pid) for pid in self.pids)
 
+    def pss_bytes(self) -> int:
+        """Proportional memory of the env-manager processes together (shared pages split among sharers)."""
+        return sum(measure.pss_bytes(pid) for pid in self.pids)
+
     def close(self) -> None:
         self.scheduler.shutdown()
 
