@@ -1,8 +1,8 @@
 """Rollout overhead: env steps/s of roll's full rollout engine vs a raw single-process gymnasium loop.
 
 1024 FrozenLake envs (128 groups x 8) play random-policy episodes through the whole engine (group
-queue, env-manager actors on Ray, per-env asyncio loops, chat prompts, token assembly, padded
-batches). The same number of steps is then played by gymnasium's FrozenLake-v1 in a plain loop,
+queue, env-manager actors on Ray, by default one per CPU core, per-env asyncio loops, chat prompts,
+token assembly, padded batches). The same number of steps is then played by gymnasium's FrozenLake-v1 in a plain loop,
 and by roll's FrozenLake text env alone in this process (no engine), which splits the gap into
 "text env" and "engine". A second engine runs the env calls on its event loop instead of in worker
 threads (``step_timeout_s: None``: no per-step timeout), which prices the thread hop of every env
@@ -14,6 +14,7 @@ Usage: python benchmarks/bench_rollout.py [--repeats 3] [--quick] [--profile 10]
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import measure
 import rollouts
@@ -23,7 +24,8 @@ def main() -> None:
     p = measure.parser(__doc__.splitlines()[0])
     p.add_argument("--groups", type=int, default=128)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--envs-per-worker", type=int, default=128, help="envs per env-manager actor (process)")
+    p.add_argument("--envs-per-worker", type=int, default=0,
+                   help="envs per env-manager actor (process); 0: one env manager per CPU core")
     p.add_argument("--max-steps", type=int, default=10, help="turns per episode at most")
     p.add_argument("--batches", type=int, default=2, help="batches of every env per measured window")
     p.add_argument("--profile", type=float, default=0, metavar="S",
@@ -31,6 +33,9 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.groups, args.envs_per_worker, args.batches, args.repeats = 8, 32, 1, min(args.repeats, 2)
+    if args.envs_per_worker <= 0:  # whole groups, spread over the cores: the best split measured (section 1)
+        groups_per_worker = -(-args.groups // max(1, os.cpu_count() or 1))
+        args.envs_per_worker = groups_per_worker * args.group_size
     setup = rollouts.LakeSetup(args.groups, args.group_size, args.envs_per_worker, args.max_steps)
     measure.setup_env()
     results = measure.print_header("rollout overhead: roll's engine vs raw gymnasium", args)
