@@ -160,9 +160,10 @@ class RolloutScheduler:
         if timeout is None and self.batch_timeout_s is not None:
             timeout, setting = self.batch_timeout_s, "rpc_timeout"
         started = time.perf_counter()
+        ref = self.queue.get_batch.remote(n // self.spec.group_size, timeout, self.spec.stall_timeout_s)
+        ray.wait([ref])  # the wait (seconds to minutes) runs with the collector on; the work below without
         with paused_gc():
-            result = ray.get(self.queue.get_batch.remote(n // self.spec.group_size, timeout,
-                                                         self.spec.stall_timeout_s))
+            result = ray.get(ref)
             elapsed = time.perf_counter() - started
             if result["groups"] is None:
                 if result.get("error"):
