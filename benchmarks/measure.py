@@ -155,21 +155,20 @@ def finish(results: dict[str, Any], args: argparse.Namespace) -> None:
 
 def rss_bytes(pid: int) -> int:
     """Resident memory of one process (Linux /proc), 0 where it cannot be read."""
-    try:
-        for text in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if text.startswith("VmRSS:"):
-                return int(text.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return _proc_bytes(pid, "status", "VmRSS:")
 
 
 def pss_bytes(pid: int) -> int:
     """Proportional set size of one process (Linux /proc): its resident pages, each page shared with
     other processes (libraries, Ray's core worker) counted as its share; 0 where it cannot be read."""
+    return _proc_bytes(pid, "smaps_rollup", "Pss:")
+
+
+def _proc_bytes(pid: int, name: str, key: str) -> int:
+    """The ``key`` line (in kB) of ``/proc/<pid>/<name>``, in bytes; 0 where it cannot be read."""
     try:
-        for text in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if text.startswith("Pss:"):
+        for text in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if text.startswith(key):
                 return int(text.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
