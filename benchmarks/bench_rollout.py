@@ -2,9 +2,9 @@
 
 1024 FrozenLake envs (128 groups x 8) play random-policy episodes through the whole engine (group
 queue, env-manager actors on Ray, by default one per CPU core, per-env asyncio loops, chat prompts,
-token assembly, padded batches). The same number of steps is then played by gymnasium's FrozenLake-v1 in a plain loop,
-and by roll's FrozenLake text env alone in this process (no engine), which splits the gap into
-"text env" and "engine". A second engine runs the env calls on its event loop instead of in worker
+token assembly, padded batches). The same number of steps is then played by gymnasium's
+FrozenLake-v1 in a plain loop, and by roll's FrozenLake text env alone in this process (no engine),
+which splits the gap into "text env" and "engine". A second engine runs the env calls on its event loop instead of in worker
 threads (``step_timeout_s: None``: no per-step timeout), which prices the thread hop of every env
 call. Each repeat measures the four back to back.
 

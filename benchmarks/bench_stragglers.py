@@ -167,7 +167,10 @@ def main() -> None:
     results["config"] = {k: getattr(args, k) for k in ("groups", "group_size", "turns", "batches", "alpha",
                                                        "cap_factor", "envs_per_worker", "ratios", "redundancy")}
     measure.start_ray()
-    names = ["lockstep", *(f"roll_k{k:g}" for k in args.ratios), *(f"roll_k1_r{r}" for r in args.redundancy)]
+    # redundant envs are more concurrency: a rollout's ideal is that of its env count (the episodes it
+    # plays and throws away count as lost work)
+    extra_envs = {f"roll_k1_r{r}": r * args.groups for r in args.redundancy}
+    names = ["lockstep", *(f"roll_k{k:g}" for k in args.ratios), *extra_envs]
     envs = args.groups * args.group_size
     fractions = {}
     for scale in scales:
@@ -186,9 +189,7 @@ def main() -> None:
             measure.report(results, f"{label} {name} / lockstep",
                            measure.ratios(measure.column(runs, f"{name}_traj_per_s"), lock), ratio=True)
         for name in names:
-            # redundant envs are more concurrency: their ideal is that of their env count (the episodes
-            # they play and throw away count as lost work)
-            extra = int(name.split("_r")[1]) * args.groups if "_r" in name else 0
+            extra = extra_envs.get(name, 0)
             scaled = [x * (envs + extra) / envs for x in ideal]
             fractions[(scale, name)] = measure.ratios(measure.column(runs, f"{name}_traj_per_s"), scaled)
             measure.report(results, f"{label} {name} / ideal{' (its env count)' if extra else ''}",
