@@ -12,11 +12,16 @@ the machine and to the run:
   token (``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``) is set explicitly: then Ray's setting wins
   (the test suite runs with ``RAY_AUTH_MODE=disabled``);
 * a small reaper process (:mod:`roll_core.reaper`) kills what is left of the cluster when roll is
-  killed with ``kill -9`` (Ray's agent processes otherwise outlive it).
+  killed with ``kill -9`` (Ray's agent processes otherwise outlive it);
+* its workers run at the driver's priority (``worker_niceness``, default 0: the driver's niceness plus
+  0). Ray's own default lowers every worker to nice 15, which protects a cluster's raylet but, on a
+  laptop or a shared CPU box, lets any other busy process (a browser, a build) starve training while
+  the driver, not niced, keeps running: the slowdown was 4x and more with two competing processes.
 
 A joined cluster is used as it is: on a shared cluster, start it with token authentication
 (``RAY_AUTH_MODE=token``, ``ray get-auth-token --generate``) and give roll the token through
-``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` (see the README).
+``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` (see the README). Its workers' priority is the
+cluster's: ``RAY_worker_niceness=0 ray start ...`` on each node gives them the raylet's.
 
 :func:`worker_error` turns an error raised inside a Ray worker into the one-paragraph message the
 CLI prints: Ray wraps it in a ``RayTaskError`` (or, when an actor's constructor raised, an
@@ -40,15 +45,24 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: Ray's token authentication settings (an explicit one is respected)
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
+#: Ray's setting for how much its workers' niceness exceeds the raylet's (Ray's default: 15)
+NICENESS_SETTING = "worker_niceness"
+
 _reaper: subprocess.Popen | None = None
+#: what this process's cluster does with worker priority: None (no cluster yet), "joined", or the
+#: niceness increment over the driver's that roll gave the workers of the cluster it started
+_workers_niceness: int | str | None = None
 
 
-def start_ray(address: str | None = None, *, reap: bool = True, **options: Any) -> bool:
+def start_ray(address: str | None = None, *, reap: bool = True, worker_niceness: int = 0, **options: Any) -> bool:
     """Join ``address`` (or ``RAY_ADDRESS``), else start a private local cluster; True when started here.
 
     ``options`` go to ``ray.init`` (``num_cpus``, ``log_to_driver`` ...); ``reap`` starts the
-    reaper for a local cluster (see the module docstring).
+    reaper for a local cluster; ``worker_niceness`` is how much lower than the driver's the local
+    cluster's workers' priority is (0: the same; see the module docstring). A joined cluster keeps
+    its own setting.
     """
+    global _workers_niceness
     import ray
 
     if ray.is_initialized():
@@ -59,7 +73,11 @@ def start_ray(address: str | None = None, *, reap: bool = True, **options: Any) 
         for key in ("num_cpus", "num_gpus", "resources", "object_store_memory"):
             options.pop(key, None)
         ray.init(address=address, **options)
+        _workers_niceness = "joined"
         return False
+    # the raylet inherits the driver's niceness and adds this to its workers' (Ray's default adds 15)
+    system_config = {**options.pop("_system_config", {}), NICENESS_SETTING: int(worker_niceness)}
+    options["_system_config"] = system_config
     own_token = private_cluster_environment()
     if reap:
         start_reaper()
@@ -72,7 +90,19 @@ def start_ray(address: str | None = None, *, reap: bool = True, **options: Any) 
         ray.init(address="local", **options)
     finally:
         notice.setLevel(level)
+    _workers_niceness = int(worker_niceness)
     return True
+
+
+def worker_priority_note() -> str | None:
+    """What the run header says about the workers' priority when it is not the driver's, else None."""
+    if _workers_niceness == "joined":
+        return ("workers at the joined cluster's priority (Ray's default is nice 15 under a busy machine's "
+                "other processes; RAY_worker_niceness=0 on `ray start` gives them the raylet's)")
+    if isinstance(_workers_niceness, int) and _workers_niceness != 0:
+        driver = os.getpriority(os.PRIO_PROCESS, 0)
+        return f"workers at nice {min(19, driver + _workers_niceness)} (the driver's {driver} + worker_niceness)"
+    return None
 
 
 def private_cluster_environment() -> bool:

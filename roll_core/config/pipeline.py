@@ -79,6 +79,12 @@ class RunSettings(RollModel):
     num_nodes: int = compat(1, "The Ray cluster's nodes are used as they are.")
     num_gpus_per_node: int = compat(8, "The Ray cluster's GPUs are used as they are.")
     system_envs: dict[str, str] = Field(default_factory=dict)
+    worker_niceness: int = Field(
+        0, ge=0, le=39, description="How much lower than the driver's the priority of the workers of the local "
+        "Ray cluster roll starts is (added to the driver's niceness; 0: the same, so other busy processes on "
+        "the machine cannot starve training; Ray's own default is 15). A cluster joined with --address keeps "
+        "its own setting (RAY_worker_niceness on `ray start`)."
+    )
     generate_opt_level: int = compat(1)
     is_use_additional_prompts: bool = compat(False)
     max_additional_running_prompts: int = compat(16)

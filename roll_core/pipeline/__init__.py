@@ -49,7 +49,8 @@ def launch(config: Any, address: str | None = None, *, stream=None) -> int:
     run = config if isinstance(config, Run) else resolve(config)
     cls = pipeline_class(run.pipeline_type)
     preflight(run)
-    started_here = start_ray(address, log_to_driver=True, num_cpus=max(os.cpu_count() or 1, 2))
+    started_here = start_ray(address, log_to_driver=True, num_cpus=max(os.cpu_count() or 1, 2),
+                             worker_niceness=run.config.worker_niceness)
     pipeline = None
     try:
         pipeline = cls(run, stream=stream)

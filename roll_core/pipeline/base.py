@@ -235,9 +235,13 @@ class TrainingLoop:
 
     # -- the run -------------------------------------------------------------------------------
     def run_header(self) -> str:
+        from roll_core.cluster import worker_priority_note
+
         c = self.config
+        priority = worker_priority_note()
         return (f"roll: {self.NAME} run {c.exp_name!r}: {c.adv_estimator} + {c.actor_train.pg_variant}, "
-                f"{self.max_steps} steps | plugins: {self.resolved.plugin_summary()}")
+                f"{self.max_steps} steps | plugins: {self.resolved.plugin_summary()}"
+                + (f" | {priority}" if priority else ""))
 
     def run(self) -> int:
         """Train ``max_steps`` steps (continuing a checkpoint when asked); returns an exit code."""

@@ -82,13 +82,23 @@ def test_cli_prints_worker_errors_in_one_paragraph(capsys, monkeypatch):
 CHILD = textwrap.dedent("""\
     import json, os, sys, time
     import ray
-    from roll_core.cluster import start_ray
+    from roll_core.cluster import start_ray, worker_priority_note
+    os.nice(3)  # a driver that is itself niced: its workers follow it, not Ray's absolute default
     assert start_ray(num_cpus=1, log_to_driver=False)
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def niceness(self):
+            return os.getpriority(os.PRIO_PROCESS, 0)
+
     from ray._raylet import AuthenticationMode, get_authentication_mode
     context = ray.get_runtime_context()
     print(json.dumps({"gcs": context.gcs_address, "node_ip": ray.util.get_node_ip_address(),
                       "token_auth": get_authentication_mode() == AuthenticationMode.TOKEN,
-                      "token": os.environ.get("RAY_AUTH_TOKEN")}), flush=True)
+                      "token": os.environ.get("RAY_AUTH_TOKEN"),
+                      "driver_nice": os.getpriority(os.PRIO_PROCESS, 0),
+                      "worker_nice": ray.get(Probe.remote().niceness.remote()),
+                      "note": worker_priority_note()}), flush=True)
     time.sleep(600)
 """)
 
@@ -139,6 +149,8 @@ def test_local_cluster_is_private_and_leaves_nothing_after_kill_9():
         if outside is not None:
             assert not connects(outside, int(port))  # the GCS does not listen on the network
         assert info["token_auth"] and len(info["token"]) == 64  # a fresh token, in the environment only
+        # workers run at the driver's priority (Ray's default would be the driver's + 15), so the header is quiet
+        assert info["driver_nice"] == info["worker_nice"] == 3 and info["note"] is None
 
         for token, expected in (("0" * 64, "AuthenticationError"), (info["token"], "answered")):
             probe = subprocess.run([sys.executable, "-c", GCS_PROBE.format(address=info["gcs"])], capture_output=True,
@@ -164,6 +176,37 @@ def test_local_cluster_is_private_and_leaves_nothing_after_kill_9():
         for process in descendants:  # only what this test started
             if _running(psutil, process):
                 process.kill()
+
+
+def test_worker_priority_note_names_a_lowered_or_joined_cluster(monkeypatch):
+    from roll_core import cluster
+
+    driver = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setattr(cluster, "_workers_niceness", 5)
+    assert cluster.worker_priority_note() == f"workers at nice {driver + 5} (the driver's {driver} + worker_niceness)"
+    monkeypatch.setattr(cluster, "_workers_niceness", "joined")
+    assert "RAY_worker_niceness=0" in cluster.worker_priority_note()
+    monkeypatch.setattr(cluster, "_workers_niceness", 0)
+    assert cluster.worker_priority_note() is None
+
+
+def test_worker_niceness_reaches_ray_as_its_system_setting(monkeypatch):
+    """start_ray hands the config's value to the local cluster and leaves a joined one's alone."""
+    import ray
+
+    from roll_core import cluster
+
+    calls = []
+    monkeypatch.setattr(cluster, "_workers_niceness", None)  # restored after the test
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(cluster, "start_reaper", lambda: None)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert cluster.start_ray(worker_niceness=4)
+    assert calls[-1]["_system_config"] == {"worker_niceness": 4}
+    assert not cluster.start_ray("127.0.0.1:1234", worker_niceness=4)
+    assert "_system_config" not in calls[-1]
 
 
 def _running(psutil, process) -> bool:
