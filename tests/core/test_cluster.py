@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from roll_core.cluster import AUTH_ENV, worker_error
+from roll_core.distributed.cluster import AUTH_ENV, worker_error
 from roll_core.errors import ConfigError, RollError
 
 # -- errors from workers --------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_cli_prints_worker_errors_in_one_paragraph(capsys, monkeypatch):
 CHILD = textwrap.dedent("""\
     import json, os, sys, time
     import ray
-    from roll_core.cluster import start_ray
+    from roll_core.distributed.cluster import start_ray
     assert start_ray(num_cpus=1, log_to_driver=False)
     from ray._raylet import AuthenticationMode, get_authentication_mode
     context = ray.get_runtime_context()
