@@ -43,7 +43,7 @@ def overrides(k: float, args, logdir: str) -> list[str]:
 def run_pipeline(k: float, args) -> dict[str, float]:
     """One training run at ratio ``k``; means over the timed steps."""
     from roll_core.config import load_config, resolve
-    from roll_core.pipeline.agentic import AgenticPipeline
+    from roll_core.pipeline.agentic_pipeline import AgenticPipeline
 
     with tempfile.TemporaryDirectory(prefix="roll-bench-async-") as logdir:
         pipeline = AgenticPipeline(resolve(load_config(str(CONFIG), overrides(k, args, logdir))),

@@ -54,7 +54,7 @@ def train_batch(rows: int, width: int, seed: int = 0):
 
 
 def train_tokens_per_s(tmp: str, world_size: int, args) -> float:
-    from roll_core.distributed.worker_group import TrainGroup
+    from roll_core.workers.train_group import TrainGroup
 
     run = config_run(tmp, world_size=world_size, per_device=args.micro, batch=args.rows)
     placement = placement_for(run, ["actor_train"])
@@ -74,8 +74,8 @@ def train_tokens_per_s(tmp: str, world_size: int, args) -> float:
 def infer_tokens_per_s(tmp: str, workers: int, args) -> float:
     import ray
 
-    from roll_core.rollout.infer_worker import start_generation
     from roll_core.strategies.base import GenerationRequest, SamplingParams
+    from roll_core.workers.infer_group import start_generation
 
     run = config_run(tmp, infer_workers=workers)
     generation = start_generation(run, num_workers=workers, options={"num_cpus": 0},
@@ -93,8 +93,8 @@ def infer_tokens_per_s(tmp: str, workers: int, args) -> float:
 
 
 def sync_seconds(tmp: str, workers: int, model: str, args) -> float:
-    from roll_core.distributed.worker_group import TrainGroup
-    from roll_core.rollout.infer_worker import start_generation
+    from roll_core.workers.infer_group import start_generation
+    from roll_core.workers.train_group import TrainGroup
 
     run = config_run(tmp, model=model)
     placement = placement_for(run, ["actor_train"])

@@ -5,7 +5,7 @@ and two Ray sessions, as a first ``roll run`` and a later one would. In each ses
 env manager's stand-in) is started in an environment holding a requirement that clashes with the
 trainer's (``idna==3.6``; the trainer has another idna) and returns the idna it imports:
 
-* roll: :func:`roll_core.rollout.env_python.prepare` (build or reuse) and the actor started with
+* roll: :func:`roll_core.distributed.env_python.prepare` (build or reuse) and the actor started with
   ``runtime_env={"py_executable": <roll's launcher>}``;
 * ray pip: ``runtime_env={"pip": ["idna==3.6"]}``, Ray's own (inside a venv Ray copies the whole
   trainer venv for it, per Ray session).
@@ -59,7 +59,7 @@ def session(runtime_env_for) -> tuple[float, str, int]:
 
 
 def one_run(_: int) -> dict[str, float]:
-    from roll_core.rollout.env_python import EnvPython, prepare
+    from roll_core.distributed.env_python import EnvPython, prepare
 
     out: dict[str, float] = {}
     cache = Path(tempfile.mkdtemp(prefix="roll-bench-env-python-"))

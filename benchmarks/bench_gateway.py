@@ -32,9 +32,9 @@ TAGS = {"env": "Lake", "gateway": "LakeAgent"}
 def rollout_spec(path: str, policy: str, groups: int, group_size: int, max_steps: int, seed: int = 7):
     """The rollout of one path: the built-in env, or the agent (same settings, same seeds)."""
     from roll_core.config import bind_env
-    from roll_core.config.resolve import bind_agent_registration
+    from roll_core.envs.binding import bind_agent_registration
     from roll_core.plugins import PluginManager
-    from roll_core.rollout.spec import EnvSpec, RolloutSpec
+    from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
     from roll_core.strategies.base import SamplingParams
 
     config = {"size": 4, "p": 0.8, "is_slippery": False, "max_steps": max_steps}
@@ -54,8 +54,8 @@ class Engine:
     """One path's rollout; :meth:`window` plays ``batches`` batches and counts the model calls."""
 
     def __init__(self, path: str, policy: str, args: Any, generation: Any = None):
+        from roll_core.models.policy_tokenizer import tiny_tokenizer
         from roll_core.rollout import RolloutScheduler
-        from roll_core.rollout.tokenizer import tiny_tokenizer
 
         groups = args.groups if policy == "scripted" else args.model_groups
         self.size = groups * args.group_size
@@ -149,7 +149,7 @@ def main() -> None:
     model_runs = []
     if not args.no_model:
         from roll_core.config import load_config, resolve
-        from roll_core.rollout.infer_worker import start_generation
+        from roll_core.workers.infer_group import start_generation
 
         config = load_config(str(measure.ROOT / "examples" / "frozen_lake" / "grpo.yaml"))
         generation = start_generation(resolve(config, roles=("actor_infer",)), num_workers=1,

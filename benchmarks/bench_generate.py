@@ -48,7 +48,8 @@ class Backend:
         import ray
 
         from roll_core.plugins import get_registry
-        from roll_core.rollout.infer_worker import InferWorker, start_generate_scheduler
+        from roll_core.workers.infer_group import start_generate_scheduler
+        from roll_core.workers.infer_worker import InferWorker
 
         strategy_config = {"num_threads": args.threads} if name == "hf_infer" else {"max_batch_size": args.max_batch}
         worker_config = {"model_args": {"dtype": "fp32"}, "infer_batch_size": args.max_batch,

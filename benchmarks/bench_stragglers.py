@@ -34,7 +34,7 @@ TAG = "Straggler"
 def rollout_spec(args, ratio: float, redundancy: int = 0):
     from roll_core.config import bind_env
     from roll_core.plugins import PluginManager
-    from roll_core.rollout.spec import EnvSpec, RolloutSpec
+    from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
     from roll_core.strategies.base import SamplingParams
 
     registry = PluginManager(extra_modules=["straggler_env"]).registry
@@ -56,8 +56,8 @@ class RollRollout:
     """roll's rollout of the straggler envs; :meth:`window` times ``batches`` back-to-back batches."""
 
     def __init__(self, args, ratio: float, redundancy: int = 0):
+        from roll_core.models.policy_tokenizer import tiny_tokenizer
         from roll_core.rollout import RolloutScheduler
-        from roll_core.rollout.tokenizer import tiny_tokenizer
 
         self.args, self.n = args, args.groups * args.group_size
         self.scheduler = RolloutScheduler(rollout_spec(args, ratio, redundancy), tiny_tokenizer(), batch_size=self.n)
@@ -101,7 +101,7 @@ class Lockstep:
     def batch(self, episode: int) -> float:
         """Every env plays ``episode``; each turn ends with its slowest step. Returns the total sleep."""
         from roll_core.envs.policies import POLICIES
-        from roll_core.rollout.spec import derive_seed, episode_seed
+        from roll_core.rollout.engine.spec import derive_seed, episode_seed
 
         envs, pool = self.envs, self.pool
         seeds = [episode_seed(self.spec, g, episode) for g, _ in self.members]

@@ -82,7 +82,7 @@ def grpo_batch(prompt_ids, responses, group: int, pad_id: int):
     import torch
 
     from roll_core.algorithms.normalization import reward_norm
-    from roll_core.rollout.batch import collate
+    from roll_core.rollout.engine.batch import collate
 
     rows = [(list(p) + list(r), [0] * len(p) + [1] * len(r), [0.0] * (len(p) + len(r)))
             for p, r in zip(prompt_ids, responses, strict=True)]

@@ -42,7 +42,7 @@ class LakeSetup:
 
 def rollout_spec(setup: LakeSetup):
     from roll_core.config import bind_env
-    from roll_core.rollout.spec import EnvSpec, RolloutSpec
+    from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
     from roll_core.strategies.base import SamplingParams
 
     env = EnvSpec(tag=TAG, env=bind_env("frozen_lake", setup.env_config()), max_steps=setup.max_steps)
@@ -58,8 +58,8 @@ class EngineRollout:
     """roll's rollout engine over ``setup``; :meth:`window` serves ``batches`` batches of every env."""
 
     def __init__(self, setup: LakeSetup):
+        from roll_core.models.policy_tokenizer import tiny_tokenizer
         from roll_core.rollout import RolloutScheduler
-        from roll_core.rollout.tokenizer import tiny_tokenizer
 
         self.setup = setup
         started = time.perf_counter()

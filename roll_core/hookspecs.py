@@ -68,7 +68,7 @@ def roll_register_envs(register):
         own. The requirements are installed on top of the trainer's packages and win over them,
         so an env may pin versions that clash with the trainer's. Import those libraries inside
         the env's methods, not at module level: the driver imports the env class (in the
-        trainer's environment) to validate ``env_config``. See :mod:`roll_core.rollout.env_python`.
+        trainer's environment) to validate ``env_config``. See :mod:`roll_core.distributed.env_python`.
     ``python``
         the Python versions the env supports (``"3.11"``, ``">=3.10,<3.13"``), checked when a
         config selects it. Ray runs every worker of a cluster on the driver's Python version, so
@@ -150,7 +150,7 @@ def roll_register_agents(register):
     ``tags``) names it, and ``env_config`` is validated by its config model. Each episode, roll
     starts an OpenAI-compatible gateway session backed by the run's generation scheduler and calls
     the agent with a task and a client already pointed at it; every completion is recorded token
-    by token (never re-tokenised) and becomes training rows (see :mod:`roll_core.rollout.agents`).
+    by token (never re-tokenised) and becomes training rows (see :mod:`roll_core.rollout.agents.agent`).
 
     ``target`` names either an async (or plain) function ``agent(task, client) -> result`` or a
     class built once per env slot as ``cls(config)`` whose ``run(task, client)`` plays an

@@ -54,7 +54,7 @@ def _target(value: Any) -> str | None:
 #: misspelt one (``need_critic=True``) cannot silently do nothing.
 KIND_OPTIONS: dict[str, dict[str, Any]] = {
     "env": {"defaults": _instance(Mapping, "a mapping of env_config values"),
-            "requirements": _requirements,  # the env's own Python environment (roll_core.rollout.env_python)
+            "requirements": _requirements,  # the env's own Python environment (roll_core.distributed.env_python)
             "python": _instance(str, "a Python version or specifier string ('3.11', '>=3.10,<3.13')")},
     "advantage_estimator": {"needs_critic": _instance(bool, "True or False"),
                             "granularity": _one_of("trajectory", "step")},
@@ -62,8 +62,8 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {
     "strategy": {"role": _one_of("train", "infer"), "needs_gpu": _instance(bool, "True or False"),
                  "critic": _target, "serves_lora": _instance(bool, "True or False")},
     "reward": {},
-    "agent": {"config_model": _target,  # roll_core.config.resolve.agent_config_model
-              "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents)
+    "agent": {"config_model": _target,  # roll_core.envs.binding.agent_config_model
+              "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents.agent)
 }
 #: options a registration of the kind must give
 REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {"strategy": ("role",)}
@@ -109,6 +109,15 @@ KNOWN_TAG_PROVIDERS: dict[str, str] = {
 }
 
 
+def import_target(target: str) -> Any:
+    """``"package.module:Attr.attr"`` -> the object: the one loader of import paths in roll."""
+    module_name, _, attr = target.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
 @dataclass(frozen=True)
 class Registration:
     """One component a plugin announced; nothing is imported until :meth:`load`."""
@@ -131,11 +140,8 @@ class Registration:
 
     def load(self) -> Any:
         """Import and return the target object, with an install hint if that fails."""
-        module_name, _, attr = self.target.partition(":")
         try:
-            obj = importlib.import_module(module_name)
-            for part in attr.split(".") if attr else ():
-                obj = getattr(obj, part)
+            obj = import_target(self.target)
         except PluginError:
             raise
         except ImportError as exc:
@@ -157,7 +163,7 @@ class Registration:
             where = f" ({exc.filename}, line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
             raise PluginError(
                 f"The {self.kind} {self.name!r} from plugin {self.plugin!r} failed while importing "
-                f"{module_name!r}: {type(exc).__name__}: {exc}{where}. This is a bug in that plugin."
+                f"{self.target.partition(':')[0]!r}: {type(exc).__name__}: {exc}{where}. This is a bug in that plugin."
             ) from exc
         return obj
 

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from roll_core.cluster import worker_error
+from roll_core.distributed.cluster import worker_error
 from roll_core.errors import RollError
 
 #: subcommand modules, in ``roll --help`` order

@@ -153,7 +153,7 @@ def _show(message: dict[str, str], title: str, out: TextIO) -> None:
 
 
 def cmd_play(args, out: TextIO | None = None) -> int:
-    from roll_core.config.resolve import bind_env
+    from roll_core.envs.binding import bind_env, build_env
     from roll_core.envs.prompt import Conversation
 
     out = out or sys.stdout
@@ -163,10 +163,10 @@ def cmd_play(args, out: TextIO | None = None) -> int:
         env_config["max_steps"] = args.max_steps
     binding = bind_env(spec.env_type, env_config, config_key=spec.label if args.config else None)
     if binding.python_env is not None:  # an env with its own Python environment is played in it
-        from roll_core.rollout.env_python import run_inside
+        from roll_core.distributed.env_python import run_inside
 
         run_inside(binding.python_env, getattr(args, "argv", None))
-    reg, env = binding.registration, binding.make()
+    reg, env = binding.registration, build_env(binding)
     policy = _play_policies()[args.policy](args.seed)
     frames = []
 

@@ -124,7 +124,7 @@ def _component(reg) -> dict:
     out["doc"] = inspect.getdoc(obj) or ""
     model = getattr(obj, "config_model", None)
     if reg.kind == "agent":  # agents may name their config model in a registration option
-        from roll_core.config.resolve import agent_config_model
+        from roll_core.envs.binding import agent_config_model
 
         model = agent_config_model(reg)
     if model is not None and hasattr(model, "model_fields"):
@@ -134,7 +134,7 @@ def _component(reg) -> dict:
 
 def config_fields(model, presets) -> list[dict]:
     """The fields of a pydantic config model: type, default (a registration's preset wins), description."""
-    from roll_core.config.errors import describe
+    from roll_core.validation import describe
 
     fields = []
     for name, field in model.model_fields.items():

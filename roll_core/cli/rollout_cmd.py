@@ -21,11 +21,11 @@ from roll_core.errors import RollError
 
 
 def register(subparsers) -> None:
-    from roll_core.rollout.policies import POLICIES
+    from roll_core.rollout.engine.turn_policies import TURN_POLICIES
 
     parser = subparsers.add_parser("rollout", help="roll out a config's envs without training")
     add_config_arguments(parser)
-    parser.add_argument("--policy", choices=sorted(POLICIES), default=None,
+    parser.add_argument("--policy", choices=sorted(TURN_POLICIES), default=None,
                         help="who answers: the config's model (model/policy), or a model-free policy "
                              "(random, scripted: the env's solver); default: the env manager's llm_proxy")
     parser.add_argument("--batches", type=int, default=1, metavar="N", help="batches to collect (default 1)")
@@ -47,16 +47,16 @@ def cmd_rollout(args) -> int:
 
     from roll_core.config import resolve
     from roll_core.pipeline.preflight import preflight
-    from roll_core.rollout.from_config import SECTIONS, batch_size_from_config, rollout_spec
-    from roll_core.rollout.infer_worker import start_generation
-    from roll_core.rollout.policies import POLICIES, check_policy
-    from roll_core.rollout.scheduler import RolloutScheduler, init_ray
+    from roll_core.rollout.engine.scheduler import RolloutScheduler, init_ray
+    from roll_core.rollout.engine.spec_from_run import SECTIONS, batch_size_from_config, rollout_spec
+    from roll_core.rollout.engine.turn_policies import TURN_POLICIES, check_policy
+    from roll_core.workers.infer_group import start_generation
 
     mode = "val" if args.val else "train"
     config = load_from_args(args, resolve_plugins=False)
     section = getattr(config, SECTIONS[mode][0])
     policy = check_policy(args.policy or section.llm_proxy.proxy_type)
-    needs_model = POLICIES[policy].needs_model
+    needs_model = TURN_POLICIES[policy].needs_model
     # bind the envs, and the inference backend only when a model is loaded: a ROLL GPU config rolls
     # out with a model-free policy without its training backends installed
     run = resolve(config, roles=("actor_infer",) if needs_model else ())
@@ -78,7 +78,7 @@ def cmd_rollout(args) -> int:
         scheduler = RolloutScheduler(spec, tokenizer, generate_scheduler=generation and generation.scheduler,
                                      batch_size=batch_size, batch_timeout_s=float(config.rpc_timeout),
                                      worker_env_vars={**config.system_envs, **section.system_envs} or None)
-        who = f"the model {config.actor_infer.model_args.model_name_or_path or config.pretrain}" if needs_model \
+        who = f"the model {run.model_path('actor_infer', required=False)}" if needs_model \
             else policy
         print(f"roll rollout: {mode} env manager, {spec.num_env_groups} groups x {spec.group_size} envs "
               f"({spec.num_envs} envs on {spec.num_workers} workers), policy {who}, "

@@ -25,7 +25,6 @@ from roll_core.config.algorithm import (
 )
 from roll_core.config.device_mapping import parse_device_mapping
 from roll_core.config.envs import AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
-from roll_core.config.errors import ConfigWarning
 from roll_core.config.loader import config_file, load_config, load_config_data
 from roll_core.config.pipeline import (
     PIPELINES,
@@ -36,9 +35,8 @@ from roll_core.config.pipeline import (
     pipeline_class,
     validate_config,
 )
-from roll_core.config.resolve import bind_env, dump_config, resolve
+from roll_core.config.resolve import resolve
 from roll_core.config.rlvr import RewardConfig, ValidationConfig
-from roll_core.config.run import AgentBinding, EnvBinding, Run
 from roll_core.config.workers import (
     ActorInferConfig,
     ActorTrainConfig,
@@ -50,7 +48,10 @@ from roll_core.config.workers import (
     TrainingArgs,
     WorkerConfig,
 )
+from roll_core.envs.binding import bind_env
 from roll_core.errors import ConfigError
+from roll_core.run import AgentBinding, EnvBinding, Run, dump_config
+from roll_core.validation import ConfigWarning
 
 __all__ = [
     "PIPELINES",

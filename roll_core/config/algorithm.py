@@ -57,7 +57,7 @@ class TrainInferCorrection(RollModel):
 
 
 #: ``reward_normalization.grouping`` values: ``batch``, or a per-row key of the agentic batch
-#: (roll_core.rollout.batch; ``step`` and ``state_hash`` exist only in step-wise batches)
+#: (roll_core.rollout.engine.batch; ``step`` and ``state_hash`` exist only in step-wise batches)
 GROUPING_KEYS = ("batch", "traj_group_id", "traj_id", "tag", "group_id", "episode_id", "seed", "end_reason",
                  "step", "state_hash")
 

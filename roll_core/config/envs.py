@@ -54,7 +54,7 @@ class EnvManagerConfig(WorkerConfig):
     )
     format_penalty: float = Field(0.0, description="Reward of a response without a valid action.")
     llm_proxy: LLMProxyConfig = Field(default_factory=LLMProxyConfig)
-    # -- roll's bounds on a faulty env (roll_core.rollout.env_manager); defaults never trigger in a healthy run
+    # -- roll's bounds on a faulty env (roll_core.rollout.engine.env_manager); defaults never trigger in a healthy run
     env_step_timeout_s: float | None = Field(
         60.0, gt=0, description="Seconds one env.reset / env.step may take; a slower call is abandoned (the env "
         "is replaced, its thread no longer counted) and the attempt dropped as a timeout. null: no limit."

@@ -35,9 +35,9 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from roll_core.config.errors import format_path, is_model, problems_message, unwrap
 from roll_core.config.pipeline import PIPELINES, PipelineConfig, all_top_level_keys, validate_config
 from roll_core.errors import ConfigError, close_matches, did_you_mean
+from roll_core.validation import format_path, is_model, problems_message, unwrap
 
 #: keys of a config file that are instructions to the loader, never config values
 LOADER_KEYS = ("defaults", "hydra")

@@ -19,7 +19,6 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from roll_core.config.algorithm import AlgorithmConfig, RewardNormalizationConfig
 from roll_core.config.base import FreeDict, RollModel, compat
 from roll_core.config.envs import AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig
-from roll_core.config.errors import config_error, problems_message, warn
 from roll_core.config.rlvr import (
     DatasetFilterConfig,
     RewardConfig,
@@ -28,6 +27,7 @@ from roll_core.config.rlvr import (
 )
 from roll_core.config.workers import ActorInferConfig, ActorTrainConfig, WorkerConfig
 from roll_core.errors import ConfigError, did_you_mean
+from roll_core.validation import config_error, problems_message, warn
 
 PipelineType = Literal["agentic", "rlvr"]
 

@@ -1,4 +1,4 @@
-"""From a validated config to the :class:`~roll_core.config.run.Run` that a run uses and saves.
+"""From a validated config to the :class:`~roll_core.run.Run` that a run uses and saves.
 
 :func:`resolve` is the only step that looks at installed plugins (with :func:`bind_env`, its
 one-env form). It
@@ -25,28 +25,21 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from roll_core.config.base import compat_warnings
-from roll_core.config.errors import ConfigWarning, config_error, warn
 from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
-from roll_core.config.run import ROLES, AgentBinding, EnvBinding, Run, env_class, installed_version
-from roll_core.errors import ConfigError, PluginError, UnknownComponentError, close_matches
+from roll_core.envs.binding import (
+    bind_agent_registration,
+    bind_env_registration,
+)
+from roll_core.errors import ConfigError, UnknownComponentError, close_matches
 from roll_core.registry import Registration, Registry
-
-#: strategy of a worker whose YAML has no strategy_args (roll's built-in torch/transformers backend)
-DEFAULT_STRATEGIES: dict[str, str] = {
-    "actor_train": "hf_train",
-    "actor_infer": "hf_infer",
-    "critic": "hf_train",
-    "reference": "hf_train",
-}
-#: the ``role`` option a worker's strategy registration must carry
-WORKER_ROLES: dict[str, str] = {"actor_train": "train", "actor_infer": "infer", "critic": "train"}
+from roll_core.run import ROLES, AgentBinding, EnvBinding, Run, installed_version
+from roll_core.validation import ConfigWarning, config_error, warn
 
 
 def resolve(config: PipelineConfig, *, registry: Registry | None = None,
@@ -58,98 +51,6 @@ def resolve(config: PipelineConfig, *, registry: Registry | None = None,
     trains with is bound.
     """
     return _Resolver(config, _registry(registry), roles).run()
-
-
-def bind_env(name_or_tag: str, env_config: Mapping[str, Any] | BaseModel | None = None, *,
-             registry: Registry | None = None, config_key: str | None = None) -> EnvBinding:
-    """One env outside a config (``make_env``, ``roll env play``, tests): registration defaults, then
-    ``env_config``, validated by the env's ``config_model``."""
-    reg = lookup_env(name_or_tag, registry=registry, config_key=config_key)
-    env_class(reg)  # an env built on its own must honour the env contract before its config is read
-    prefix = (*config_key.split("."), "env_config") if config_key else ("env_config",)
-    return _bind_env(reg, env_config, prefix=prefix)
-
-
-def lookup_env(name_or_tag: str, *, registry: Registry | None = None,
-               config_key: str | None = None) -> Registration:
-    """The env registration called or tagged ``name_or_tag`` (did-you-mean error otherwise)."""
-    return _registry(registry).get("env", name_or_tag, config_key=config_key)
-
-
-def _bind_env(reg: Registration, env_config: Mapping[str, Any] | BaseModel | None,
-              prefix: tuple[str, ...]) -> EnvBinding:
-    cls = reg.load()  # the env contract itself is checked when an env is built (EnvBinding.make)
-    model = getattr(cls, "config_model", None)
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise PluginError(f"The env {reg.name!r} from plugin {reg.plugin!r} has no pydantic config_model; "
-                          "every roll env declares one (see roll_core.envs.TextEnv). This is a bug in that plugin.")
-    python_env = EnvBinding(reg, None).python_env  # an env's own Python environment: readable, runnable here
-    if python_env is not None:
-        python_env.check()
-    if isinstance(env_config, model):
-        return EnvBinding(reg, env_config)
-    if isinstance(env_config, BaseModel):
-        env_config = env_config.model_dump()
-    values = {**dict(reg.options.get("defaults") or {}), **dict(env_config or {})}
-    try:
-        return EnvBinding(reg, model.model_validate(values))
-    except ValidationError as exc:
-        raise config_error(exc, model, prefix=prefix,
-                           source=f"(env {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
-
-
-def bind_agent_registration(reg: Registration, env_config: Mapping[str, Any] | BaseModel | None,
-                            prefix: tuple[str, ...] = ("env_config",)) -> AgentBinding:
-    """An agent with its ``env_config`` validated by its config model (the ``config_model`` option,
-    else the target's ``config_model`` attribute); without one the config stays a plain dict."""
-    model = agent_config_model(reg)
-    if model is None:
-        if isinstance(env_config, BaseModel):
-            env_config = env_config.model_dump()
-        return AgentBinding(reg, dict(env_config or {}))
-    if isinstance(env_config, model):
-        return AgentBinding(reg, env_config)
-    if isinstance(env_config, BaseModel):
-        env_config = env_config.model_dump()
-    try:
-        return AgentBinding(reg, model.model_validate(dict(env_config or {})))
-    except ValidationError as exc:
-        raise config_error(exc, model, prefix=prefix,
-                           source=f"(agent {reg.name!r}; `roll plugins show {reg.name}` lists its fields)") from None
-
-
-def agent_config_model(reg: Registration) -> type[BaseModel] | None:
-    """The pydantic model validating an agent's ``env_config``, or None (imports the agent's module)."""
-    option = reg.options.get("config_model")
-    if option is not None:
-        model = Registration(reg.kind, reg.name, str(option), reg.plugin, reg.distribution,
-                             requires=reg.requires).load()
-    else:
-        model = getattr(reg.load(), "config_model", None)
-    if model is None:
-        return None
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise PluginError(f"The agent {reg.name!r} from plugin {reg.plugin!r} declares config_model {model!r}, "
-                          "which is not a pydantic model. This is a bug in that plugin.")
-    return model
-
-
-def dump_config(config: PipelineConfig) -> str:
-    """The config as YAML that :func:`roll_core.config.load_config` reads back to an equal config."""
-    return yaml.dump(config.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                     width=110)
-
-
-class _Dumper(yaml.SafeDumper):
-    """Safe YAML with multi-line strings (prompt templates) as readable ``|`` blocks."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str):
-    style = "|" if "\n" in value and not value.endswith((" ", "\t")) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _represent_str)
 
 
 def _a(word: str) -> str:
@@ -272,11 +173,11 @@ class _Resolver:
             )
 
     def strategy(self, worker: str) -> None:
-        args = self.data[worker]["strategy_args"] or {"strategy_name": DEFAULT_STRATEGIES[worker],
+        args = self.data[worker]["strategy_args"] or {"strategy_name": ROLES[worker].default_strategy,
                                                       "strategy_config": {}}
         path = f"{worker}.strategy_args.strategy_name"
         reg = self.lookup("strategy", args["strategy_name"], path)
-        role, wanted = reg.options.get("role"), WORKER_ROLES.get(worker)
+        role, wanted = reg.options.get("role"), ROLES[worker].strategy_role
         if wanted and role and role != wanted:
             fitting = [r.name for r in self.registry.all("strategy") if r.options.get("role") == wanted]
             raise ConfigError(
@@ -317,7 +218,7 @@ class _Resolver:
         if entry is not None and entry.reward is not None:
             raise ConfigError(f"custom_envs.{tag}.reward is set, but {reg.name!r} is an env, which gives its own "
                               "rewards; `reward` scores the conversations of agents. Remove it.")
-        binding = _bind_env(reg, entry.env_config if entry is not None else {},
+        binding = bind_env_registration(reg, entry.env_config if entry is not None else {},
                             prefix=("custom_envs", tag, "env_config"))
         self.envs[tag] = binding
         base = self.data["custom_envs"].get(tag) or {"env_type": reg.name}

@@ -121,3 +121,19 @@ def reduce_metrics(per_rank: Sequence[Mapping[str, float]], weights: Sequence[fl
 def token_lengths(batch: Mapping[str, Any]) -> list[int]:
     """Tokens per row (``attention_mask`` sums): what a rank's work grows with."""
     return [int(x) for x in batch["attention_mask"].sum(-1).tolist()]
+
+
+def take_rows(batch: dict[str, Any], rows: Any, size: int) -> dict[str, Any]:
+    """The rows ``rows`` (a LongTensor of indices) of every per-row entry of ``batch`` (``size`` rows)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    index = rows.tolist()
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == size:
+            out[key] = value.index_select(0, rows)
+        elif isinstance(value, (list, tuple)) and len(value) == size:
+            out[key] = [value[i] for i in index]
+        else:
+            out[key] = value
+    return out

@@ -1,6 +1,6 @@
 """Inside a rank: the torch.distributed process group of its role.
 
-:class:`~roll_core.distributed.worker_group.WorkerGroup` gives each rank the variables torchrun
+:class:`~roll_core.workers.train_group.WorkerGroup` gives each rank the variables torchrun
 would (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``); :func:`init_from_env` joins the group with them, so backends that expect torchrun
 (DeepSpeed, Megatron) find it already initialised and the built-in ``hf_train`` wraps its model in

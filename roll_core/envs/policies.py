@@ -30,13 +30,20 @@ class RandomPolicy:
 
 
 class ScriptedPolicy:
-    """Follows ``env.solve()``, re-planned every turn so a slip or a detour never derails it."""
+    """Follows ``env.solve()``, re-planned every turn so a slip or a detour never derails it.
 
-    def __init__(self, seed: int | None = None):
+    An env without a solver is an error (``roll env play``), or with ``without_solver="random"``
+    is played randomly (rollouts, where one policy name covers every env of a run).
+    """
+
+    def __init__(self, seed: int | None = None, *, without_solver: str = "raise"):
         self.fallback = RandomPolicy(seed)
+        self.without_solver = without_solver
 
     def __call__(self, env: Any, observation: str) -> str:
         if not has_solver(env):
+            if self.without_solver == "random":
+                return self.fallback(env, observation)
             raise RollError(
                 f"{type(env).__name__} has no solve() method, so it cannot be played by the scripted "
                 "policy; use --policy random or keyboard."

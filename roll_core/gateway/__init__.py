@@ -11,5 +11,5 @@ training rows.
 * :mod:`.merge` -- calls -> samples (one trajectory, or several when history was rewritten)
 * :mod:`.server` -- the FastAPI / uvicorn server
 
-Agents plug in through ``roll_register_agents``; :mod:`roll_core.rollout.agents` runs them.
+Agents plug in through ``roll_register_agents``; :mod:`roll_core.rollout.agents.agent` runs them.
 """

@@ -33,7 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from roll_core.gateway.protocol import (
+from roll_core.chat.codec import ChatCodec
+from roll_core.gateway.openai_wire import (
     Choice,
     GatewayError,
     completion_body,
@@ -43,7 +44,6 @@ from roll_core.gateway.protocol import (
 )
 from roll_core.gateway.session import Backend, Session, SessionSettings
 from roll_core.gateway.tools import ToolCallParser
-from roll_core.rollout.chat import ChatCodec
 
 logger = logging.getLogger("roll.gateway")
 
@@ -52,7 +52,7 @@ class Gateway:
     """See the module docstring. ``await start()`` in the event loop that will serve it."""
 
     def __init__(self, spec: Any, codec: ChatCodec, *, port_offset: int = 0):
-        self.spec = spec  # roll_core.rollout.spec.GatewaySpec
+        self.spec = spec  # roll_core.rollout.engine.spec.GatewaySpec
         self.codec = codec
         self.parser = ToolCallParser(codec.tokenizer)
         self.port_offset = port_offset

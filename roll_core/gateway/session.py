@@ -7,7 +7,7 @@ A :class:`Session` belongs to one agent episode (its base URL names it). For eve
    returned are the start of this request (the usual multi-turn case). The prompt is then the
    parent's exact token stream (prompt + sampled completion, never re-tokenised) plus the tokens
    of what the template adds after the reply, as the env path builds its streams
-   (:class:`~roll_core.rollout.trajectory.IncrementalPrompt`). Without a parent (the agent rewrote
+   (:class:`~roll_core.chat.trajectory.IncrementalPrompt`). Without a parent (the agent rewrote
    or dropped history) the whole render is tokenised afresh;
 3. refuses prompts that leave no room under ``sequence_length`` and calls beyond ``max_steps``
    (OpenAI-style 400s that also end the episode as truncated, like the env path);
@@ -27,7 +27,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from roll_core.gateway.protocol import ChatCompletionRequest, GatewayError, bad_request, stop_strings
+from roll_core.chat.codec import ChatCodec
+from roll_core.chat.trajectory import IncrementalPrompt
+from roll_core.gateway.openai_wire import ChatCompletionRequest, GatewayError, bad_request, stop_strings
 from roll_core.gateway.tools import (
     ParsedReply,
     ToolCallParser,
@@ -36,8 +38,6 @@ from roll_core.gateway.tools import (
     normalize_tools,
     tools_key,
 )
-from roll_core.rollout.chat import ChatCodec
-from roll_core.rollout.trajectory import IncrementalPrompt
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, SamplingParams
 
 

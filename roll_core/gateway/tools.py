@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_core.gateway.protocol import ROLES, bad_request, tool_call_body
+from roll_core.gateway.openai_wire import ROLES, bad_request, tool_call_body
 
 #: the Hermes / Qwen tool-call format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
 HERMES_RESPONSE_TEMPLATE: dict[str, Any] = {

@@ -17,7 +17,7 @@ the agentic and RLVR pipelines are siblings that say where batches and validatio
 :meth:`title`). The rollout behind ``self.train_rollout`` honours
 :class:`roll_core.rollout.contract.TrainingRollout`.
 
-Everything is built from the resolved :class:`~roll_core.config.run.Run`: workers receive it, the
+Everything is built from the resolved :class:`~roll_core.run.Run`: workers receive it, the
 estimator and loss are its bound components; no name is looked up again.
 
 Determinism (what makes ``resume_from_checkpoint`` continue exactly on CPU): rows are put in a
@@ -36,12 +36,15 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roll_core.distributed.worker_group import RankLost
 from roll_core.errors import ConfigError, RollError
 from roll_core.pipeline import checkpoint as ckpt
 from roll_core.pipeline.tracking import MetricsTracker
+from roll_core.workers.train_group import RankLost
+
+if TYPE_CHECKING:
+    from roll_core.run import Run
 
 logger = logging.getLogger("roll.pipeline")
 
@@ -83,7 +86,7 @@ class TrainingLoop:
     #: per-row batch entries the train workers never read (kept out of what is shipped to them)
     NON_TRAIN_KEYS: tuple[str, ...] = ()
 
-    def __init__(self, run: Any, *, stream=None):
+    def __init__(self, run: Run, *, stream=None):
         from roll_core.algorithms import kl_controller_from_config
 
         self.resolved = run
@@ -172,7 +175,7 @@ class TrainingLoop:
 
     def start_generation(self) -> Any:
         """The run's inference workers (``actor_infer``, one per rank) behind one generate scheduler."""
-        from roll_core.rollout.infer_worker import start_generation
+        from roll_core.workers.infer_group import start_generation
 
         self.start_placement()
         return start_generation(self.resolved, placement=self.placement)
@@ -196,9 +199,9 @@ class TrainingLoop:
             line += "; reference log-probs from actor_train with adapters disabled (no reference workers)"
         return line
 
-    def train_group(self, role: str, run: Any, *, num_training_steps: int | None = None) -> Any:
-        """The ranks of ``role`` in their bundles, as one :class:`~roll_core.distributed.worker_group.TrainGroup`."""
-        from roll_core.distributed.worker_group import TrainGroup
+    def train_group(self, role: str, run: Run, *, num_training_steps: int | None = None) -> Any:
+        """The ranks of ``role`` in their bundles, as one :class:`~roll_core.workers.train_group.TrainGroup`."""
+        from roll_core.workers.train_group import TrainGroup
 
         self.start_placement()
         threads = self.config.system_envs.get("OMP_NUM_THREADS")
@@ -235,7 +238,7 @@ class TrainingLoop:
 
     # -- the run -------------------------------------------------------------------------------
     def run_header(self) -> str:
-        from roll_core.cluster import worker_priority_note
+        from roll_core.distributed.cluster import worker_priority_note
 
         c = self.config
         priority = worker_priority_note()

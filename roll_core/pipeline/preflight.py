@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll_core.errors import ConfigError, RollError
+
+if TYPE_CHECKING:
+    from roll_core.run import Run
 
 #: config keys of directories a run writes to
 DIRECTORIES = ("output_dir", "logging_dir", "render_save_dir")
 
 
-def preflight(run: Any, *, modes: Iterable[str] | None = None, model_free: bool = False,
+def preflight(run: Run, *, modes: Iterable[str] | None = None, model_free: bool = False,
               directories: Iterable[str] = DIRECTORIES) -> Any:
     """All checks of the module docstring; returns the rollout tokenizer it loaded (reuse it).
 
@@ -30,13 +33,13 @@ def preflight(run: Any, *, modes: Iterable[str] | None = None, model_free: bool 
     ``model_free``: a rollout without the model, whose tokenizer may fall back to roll's tiny one;
     ``directories``: the config keys of the directories the command writes to.
     """
-    from roll_core.config import AgenticConfig
-    from roll_core.rollout.tokenizer import rollout_tokenizer
+    from roll_core.models.policy_tokenizer import rollout_tokenizer
 
     config = run.config
     check_directories(config, directories)
-    tokenizer = rollout_tokenizer(config, model_free=model_free)
-    if isinstance(config, AgenticConfig):
+    tokenizer = rollout_tokenizer(run.model_path("actor_infer", required=False), seed=config.seed,
+                                  model_free=model_free)
+    if run.pipeline_type == "agentic":
         if modes is None:
             modes = ("train", "val") if config.eval_steps > 0 else ("train",)
         for mode in modes:
@@ -62,18 +65,19 @@ def check_directories(config: Any, keys: Iterable[str] = DIRECTORIES) -> None:
             raise ConfigError(f"{key}: the directory {path!r} is not writable by this user.")
 
 
-def check_first_prompts(run: Any, mode: str, tokenizer: Any) -> dict[str, int]:
+def check_first_prompts(run: Run, mode: str, tokenizer: Any) -> dict[str, int]:
     """Build each env tag of ``mode``'s env manager, reset it and render its first prompt.
 
     Tags played by agent code are skipped: the agent writes its prompts. Returns the first prompt's
     length in tokens per env tag. Raises :class:`ConfigError` when a
     template cannot be filled or the prompt leaves no room for a response in ``sequence_length``.
     """
-    from roll_core.rollout.chat import ChatCodec
-    from roll_core.rollout.episode import EpisodeFailure, checked_reset, new_conversation
-    from roll_core.rollout.from_config import rollout_spec
-    from roll_core.rollout.spec import episode_seed
-    from roll_core.rollout.trajectory import make_prompt_builder
+    from roll_core.chat.codec import ChatCodec
+    from roll_core.chat.trajectory import make_prompt_builder
+    from roll_core.envs.binding import build_env
+    from roll_core.rollout.engine.episode import EpisodeFailure, checked_reset, new_conversation
+    from roll_core.rollout.engine.spec import episode_seed
+    from roll_core.rollout.engine.spec_from_run import rollout_spec
 
     spec = rollout_spec(run, mode)  # its policy is not asked for an action here
     codec = ChatCodec(tokenizer)
@@ -85,7 +89,7 @@ def check_first_prompts(run: Any, mode: str, tokenizer: Any) -> dict[str, int]:
             continue
         where = f"custom_envs.{tag}" if tag in run.config.custom_envs else f"{spec.manager_key}.tags ({tag!r})"
         try:
-            env = env_spec.env.make()
+            env = build_env(env_spec.env)
         except RollError:
             raise
         except Exception as exc:

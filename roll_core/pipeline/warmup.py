@@ -83,8 +83,8 @@ def with_model(config: Any, path: str) -> Any:
 
 def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
     """The agentic warm start: demonstrations played in the envs; returns the model directory and metrics."""
-    from roll_core.rollout.agentic import batch_dict, trajectory_summary
-    from roll_core.rollout.scheduler import RolloutScheduler
+    from roll_core.rollout.engine.agentic_rollout import batch_dict, trajectory_summary
+    from roll_core.rollout.engine.scheduler import RolloutScheduler
 
     config = pipeline.config
     warmup = config.warmup_sft
@@ -121,7 +121,7 @@ def prompt_demonstrations(rows: Sequence[Any], *, eos_id: int, tokenizer: Any, b
     import random
 
     from roll_core.data import PromptSampler
-    from roll_core.rollout.batch import collate
+    from roll_core.rollout.engine.batch import collate
 
     usable = [row for row in rows if row.reference is not None]
     if not usable:

@@ -1,7 +1,7 @@
 """The one contract between a training pipeline and its rollout.
 
-Agentic runs (env trajectories, :class:`roll_core.rollout.agentic.AgenticRollout`) and RLVR runs
-(prompts and verifiable rewards, :class:`roll_core.rollout.rlvr.RLVRRollout`) serve the training
+Agentic runs (env trajectories, :class:`roll_core.rollout.engine.agentic_rollout.AgenticRollout`) and RLVR runs
+(prompts and verifiable rewards, :class:`roll_core.rollout.rlvr.rlvr_rollout.RLVRRollout`) serve the training
 loop (:class:`roll_core.pipeline.base.TrainingLoop`) through the same methods, so the loop's
 step, weight sync, validation pauses and checkpoints are written once.
 """

@@ -23,12 +23,18 @@ from typing import Any
 
 import torch
 
-from roll_core.config.base import is_fixed
-from roll_core.config.workers import GeneratingArgs
 from roll_core.errors import ConfigError
 from roll_core.strategies.base import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+#: ``generating_args`` fields with the one value roll supports (the schema declares them ``fixed``,
+#: tests/strategies/test_settings.py checks that both agree; duck-typed args skip the schema, so
+#: the converter checks them here, without importing the config schema)
+FIXED_GENERATING_ARGS: dict[str, Any] = {"num_beams": 1, "repetition_penalty": 1.0, "length_penalty": 1.0}
+FIXED_WHY = ("roll samples token by token and trains on the sampled tokens' log-probs, so beam search and "
+             "repetition penalties (the sampled tokens' log-probs would differ from the policy's) are not "
+             "supported.")
 
 #: candidates gathered by ``topk`` before a top-p-only row falls back to a full sort
 NUCLEUS_CANDIDATES = 256
@@ -168,7 +174,7 @@ def sampling_from_generating_args(generating_args: Any, **overrides: Any) -> Sam
     }
     if cfg_get(generating_args, "do_sample", True) is False:
         fields["temperature"] = 0.0
-    for name, field in GeneratingArgs.model_fields.items():  # duck-typed args skip the schema: check here too
-        if is_fixed(field) and cfg_get(generating_args, name, field.default) != field.default:
-            raise ConfigError(f"generating_args.{name}: only {field.default} is supported. {field.description}")
+    for name, value in FIXED_GENERATING_ARGS.items():  # duck-typed args skip the schema: check here too
+        if cfg_get(generating_args, name, value) != value:
+            raise ConfigError(f"generating_args.{name}: only {value} is supported. {FIXED_WHY}")
     return SamplingParams(**{**fields, **overrides})

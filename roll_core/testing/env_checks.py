@@ -102,7 +102,8 @@ class _Subject:
 
 def _resolve(env: str | type[TextEnv], env_config: Mapping[str, Any] | EnvConfig | None,
              registry: Registry | None) -> _Subject:
-    from roll_core.envs.factory import env_class, env_config_for, resolve_env
+    from roll_core.envs.binding import env_class
+    from roll_core.envs.factory import env_config_for, resolve_env
 
     if isinstance(env, type):
         if not issubclass(env, TextEnv):
@@ -146,13 +147,12 @@ def _subprocess_main(spec_json: str) -> None:
     """Entry of the cross-process check: rebuild the env from its import path, print trajectories."""
     import importlib
 
+    from roll_core.registry import import_target
+
     spec = json.loads(spec_json)
     if spec.get("plugin_module"):
         importlib.import_module(spec["plugin_module"])
-    module_name, _, attr = spec["target"].partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj: Any = import_target(spec["target"])
     trajectories = [record_trajectory(obj(spec["config"]), seed, spec["steps"]) for seed in spec["seeds"]]
     heavy = [m for m in HEAVY_MODULES if m in sys.modules]
     print(json.dumps({"trajectories": trajectories, "heavy": heavy}))

@@ -155,7 +155,7 @@ def _check_contract(reg: Registration) -> None:
         assert set(kwargs) <= named, f"{reg.target}() does not take {sorted(set(kwargs) - named)}"
     critic = reg.options.get("critic")
     if critic:
-        from roll_core.pipeline.workers import import_target
+        from roll_core.registry import import_target
 
         critic_cls = import_target(critic)
         assert isinstance(critic_cls, type) and issubclass(critic_cls, CriticStrategy), \

@@ -276,7 +276,7 @@ def test_seq_mean_token_sum_norm_takes_t_from_the_config():
     from types import SimpleNamespace
 
     from roll_core.algorithms.aggregation import norm_seq_len
-    from roll_core.pipeline.workers import TrainWorker
+    from roll_core.workers.train_worker import TrainWorker
 
     rlvr = SimpleNamespace(pipeline_type="rlvr", response_length=8, sequence_length=40, prompt_length=32)
     assert norm_seq_len(rlvr) == 8

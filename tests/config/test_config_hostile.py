@@ -162,9 +162,9 @@ def test_unknown_reward_normalization_grouping_is_a_config_error():
 
 
 def test_grouping_keys_are_keys_of_the_batches():
+    from roll_core.chat.trajectory import Trajectory, Turn
     from roll_core.config.algorithm import GROUPING_KEYS
-    from roll_core.rollout.batch import build_batch
-    from roll_core.rollout.trajectory import Trajectory, Turn
+    from roll_core.rollout.engine.batch import build_batch
 
     turn = Turn(prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.1], version=0, finish_reason="stop",
                 observation="o", prompt_text="p", response_text="r", reward=1.0, metrics={})

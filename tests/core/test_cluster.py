@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from roll_core.cluster import AUTH_ENV, worker_error
+from roll_core.distributed.cluster import AUTH_ENV, worker_error
 from roll_core.errors import ConfigError, RollError
 
 # -- errors from workers --------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_cli_prints_worker_errors_in_one_paragraph(capsys, monkeypatch):
 CHILD = textwrap.dedent("""\
     import json, os, sys, time
     import ray
-    from roll_core.cluster import start_ray, worker_priority_note
+    from roll_core.distributed.cluster import start_ray, worker_priority_note
     os.nice(3)  # a driver that is itself niced: its workers follow it, not Ray's absolute default
     assert start_ray(num_cpus=1, log_to_driver=False)
 
@@ -179,7 +179,7 @@ def test_local_cluster_is_private_and_leaves_nothing_after_kill_9():
 
 
 def test_worker_priority_note_names_a_lowered_or_joined_cluster(monkeypatch):
-    from roll_core import cluster
+    from roll_core.distributed import cluster
 
     driver = os.getpriority(os.PRIO_PROCESS, 0)
     monkeypatch.setattr(cluster, "_workers_niceness", 5)
@@ -194,7 +194,7 @@ def test_worker_niceness_reaches_ray_as_its_system_setting(monkeypatch):
     """start_ray hands the config's value to the local cluster and leaves a joined one's alone."""
     import ray
 
-    from roll_core import cluster
+    from roll_core.distributed import cluster
 
     calls = []
     monkeypatch.setattr(cluster, "_workers_niceness", None)  # restored after the test

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from roll_core.config import Run, load_config, resolve
-from roll_core.config.run import installed_version
 from roll_core.errors import PluginError
+from roll_core.run import installed_version
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "frozen_lake" / "grpo.yaml"
@@ -27,7 +27,9 @@ def test_every_component_is_bound_once(run):
     assert run.strategy("actor_train").name == "hf_train" and run.strategy("actor_infer").name == "hf_infer"
     binding = run.envs["FrozenLake4x4"]
     assert binding.registration.name == "frozen_lake" and binding.config.size == 4
-    env = binding.make()  # built from the bound registration and the validated config, no look-up
+    from roll_core.envs.binding import build_env
+
+    env = build_env(binding)  # built from the bound registration and the validated config, no look-up
     assert type(env).__name__ == "FrozenLakeEnv" and env.config is binding.config
     assert run.granularity == "trajectory" and not run.needs_critic
     with pytest.raises(PluginError, match="builds no 'critic' worker"):

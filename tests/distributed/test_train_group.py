@@ -43,7 +43,7 @@ def make_batch(rows: int = 8, width: int = 12):
 def group_of(run, world_size: int):
     from roll_core.distributed.layout import build_layout
     from roll_core.distributed.placement import Placement
-    from roll_core.distributed.worker_group import TrainGroup
+    from roll_core.workers.train_group import TrainGroup
 
     placement = Placement.create(build_layout(run.config, ["actor_train"], on_gpus=False))
     return TrainGroup(run, "actor_train", placement, num_training_steps=4), placement

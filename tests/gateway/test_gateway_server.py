@@ -1,7 +1,7 @@
 """The agent gateway as agent code sees it: the real ``openai`` client against the real server.
 
 The server runs in its own event-loop thread, as in an env-manager worker. Replies come from the
-scripted policy of agent tags (:class:`roll_core.rollout.agents.ExpertBackend`: text tokenised and
+scripted policy of agent tags (:class:`roll_core.rollout.agents.agent.ExpertBackend`: text tokenised and
 closed like a model reply), so each test knows what the "model" says: tool calls, malformed tool
 calls, answers. The model itself is exercised by tests/rollout/test_agent_rollout.py.
 """
@@ -17,11 +17,11 @@ import openai
 import pytest
 
 from roll_core.gateway.merge import merge_calls
-from roll_core.gateway.protocol import ChatCompletionRequest
+from roll_core.gateway.openai_wire import ChatCompletionRequest
 from roll_core.gateway.server import Gateway
 from roll_core.gateway.session import SessionSettings
-from roll_core.rollout.agents import Agent, AgentTask, ExpertBackend
-from roll_core.rollout.spec import GatewaySpec
+from roll_core.rollout.agents.agent import Agent, AgentTask, ExpertBackend
+from roll_core.rollout.engine.spec import GatewaySpec
 from roll_core.strategies.base import SamplingParams
 
 MODEL = "roll-tiny"
@@ -33,14 +33,14 @@ TASK = AgentTask(seed=1, config={}, model=MODEL, tag="T", mode="train", group_id
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from roll_core.rollout.tokenizer import tiny_tokenizer
+    from roll_core.models.policy_tokenizer import tiny_tokenizer
 
     return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def codec(tokenizer):
-    from roll_core.rollout.chat import ChatCodec
+    from roll_core.chat.codec import ChatCodec
 
     return ChatCodec(tokenizer)
 
@@ -207,7 +207,7 @@ def test_calls_beyond_max_steps_are_refused_and_end_the_episode(served):
 
 
 def test_templates_that_cannot_render_tools_are_refused(tokenizer):
-    from roll_core.rollout.chat import ChatCodec
+    from roll_core.chat.codec import ChatCodec
 
     plain = tokenizer.__class__.from_pretrained(tokenizer.name_or_path)
     plain.chat_template = ("{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
@@ -277,7 +277,7 @@ def test_agent_gateway_config_reaches_the_gateway(codec):
     import socket
 
     from roll_core.config import validate_config
-    from roll_core.rollout.from_config import gateway_spec
+    from roll_core.rollout.engine.spec_from_run import gateway_spec
 
     with socket.socket() as probe:  # a port free right now, for worker 1 of a gateway configured at port - 1
         probe.bind(("127.0.0.1", 0))

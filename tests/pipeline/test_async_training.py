@@ -15,7 +15,7 @@ CONFIG = EXAMPLES / "frozen_lake" / "grpo.yaml"
 
 def make_pipeline(tmp, k: int, steps: int, **extra: str):
     from roll_core.config import load_config, resolve
-    from roll_core.pipeline.agentic import AgenticPipeline
+    from roll_core.pipeline.agentic_pipeline import AgenticPipeline
 
     overrides = tiny_frozen_lake(tmp, **{
         "async_generation_ratio": str(k), "max_steps": str(steps), "save_steps": "0",

@@ -33,8 +33,8 @@ def pinned_run(tmp_path):
 
 
 def test_an_env_with_a_conflicting_requirement_trains_in_its_own_python(ray_session, tmp_path, monkeypatch):
-    from roll_core.pipeline.agentic import AgenticPipeline
-    from roll_core.rollout.scheduler import RolloutScheduler
+    from roll_core.pipeline.agentic_pipeline import AgenticPipeline
+    from roll_core.rollout.engine.scheduler import RolloutScheduler
 
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("ROLL_ENV_PYTHON_CACHE", str(tmp_path / "env-python"))

@@ -8,7 +8,7 @@ import pytest
 from pipeline_helpers import EXAMPLES, ROOT, run, step_metrics
 
 from roll_core.data import PromptRow
-from roll_core.rollout.rlvr import Samples, drop_stale
+from roll_core.rollout.rlvr.rlvr_rollout import Samples, drop_stale
 
 FIXTURES = ROOT / "tests" / "fixtures"
 

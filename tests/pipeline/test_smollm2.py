@@ -25,7 +25,7 @@ pytestmark = [
 def test_smollm2_rollout_and_one_training_step(ray_session, tmp_path, capsys):
     from roll_core.config import load_config, resolve
     from roll_core.models import load_tokenizer, resolve_pretrain
-    from roll_core.pipeline.agentic import AgenticPipeline
+    from roll_core.pipeline.agentic_pipeline import AgenticPipeline
 
     model_dir = resolve_pretrain("smollm2-135m-instruct")
     tokenizer = load_tokenizer(model_dir)

@@ -1,4 +1,4 @@
-"""Fixtures of the rollout tests: the tiny ChatML tokenizer, the test envs, one Ray session per module."""
+"""Fixtures of the rollout tests: the tiny ChatML tokenizer, the test envs (Ray: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def tokenizer():
     """roll's tiny byte-level BPE tokenizer with its ChatML template (built once, cached on disk)."""
-    from roll_core.rollout.tokenizer import tiny_tokenizer
+    from roll_core.models.policy_tokenizer import tiny_tokenizer
 
     return tiny_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def codec(tokenizer):
-    from roll_core.rollout.chat import ChatCodec
+    from roll_core.chat.codec import ChatCodec
 
     return ChatCodec(tokenizer)
 
@@ -39,17 +39,3 @@ def test_registry():
     from roll_core.plugins import PluginManager
 
     return PluginManager(extra_modules=[TEST_ENVS]).registry
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray cluster for the module; always shut down, even when a test fails."""
-    import ray
-
-    from roll_core.rollout import init_ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    init_ray(num_cpus=4, log_to_driver=False)
-    yield ray
-    ray.shutdown()

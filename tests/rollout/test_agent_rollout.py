@@ -16,8 +16,8 @@ import torch
 from roll_core.config import load_config, resolve
 from roll_core.errors import ConfigError
 from roll_core.rollout import RolloutScheduler
-from roll_core.rollout.agentic import batch_dict
-from roll_core.rollout.batch import build_batch
+from roll_core.rollout.engine.agentic_rollout import batch_dict
+from roll_core.rollout.engine.batch import build_batch
 
 pytestmark = pytest.mark.ray
 
@@ -44,7 +44,7 @@ def agent_run(registry, tags, *overrides, model=True):
 
 @pytest.fixture(scope="module")
 def generation(ray_session, registry):
-    from roll_core.rollout.infer_worker import start_generation
+    from roll_core.workers.infer_group import start_generation
 
     generation = start_generation(agent_run(registry, ["Lake"]), num_workers=1, options={"num_cpus": 1},
                                   max_batch_size=8)
@@ -172,7 +172,7 @@ def test_agent_config_mistakes_are_named(registry):
                   "+custom_envs.Search.env_config.max_turns=0", model=False)
     with pytest.raises(Exception, match="Installed agents: .*number_search"):
         agent_run(registry, ["X"], "+custom_envs.X.env_type=number_serch", model=False)
-    from roll_core.rollout.from_config import rollout_spec
+    from roll_core.rollout.engine.spec_from_run import rollout_spec
 
     with pytest.raises(ConfigError, match="no random actions"):
         rollout_spec(agent_run(registry, ["LakeAgent"], model=False), "train", policy="random")

@@ -8,11 +8,11 @@ import asyncio
 from test_rollout_queue import fake_group, make_queue, settle
 from test_rollout_tokens import counting_spec
 
-from roll_core.rollout.admission import DemandAdmission, LookaheadAdmission, make_admission
-from roll_core.rollout.episode import EpisodeContext, EpisodeStale, play_episode
-from roll_core.rollout.metrics import rollout_metrics
-from roll_core.rollout.policies import TurnPolicy
-from roll_core.rollout.protocol import Report, Ticket
+from roll_core.rollout.engine.admission import DemandAdmission, LookaheadAdmission, make_admission
+from roll_core.rollout.engine.episode import EpisodeContext, EpisodeStale, play_episode
+from roll_core.rollout.engine.messages import Report, Ticket
+from roll_core.rollout.engine.metrics import rollout_metrics
+from roll_core.rollout.engine.turn_policies import TurnPolicy
 from roll_core.strategies.base import GenerationOutput
 
 

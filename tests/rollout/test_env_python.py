@@ -1,4 +1,4 @@
-"""An env's own Python environment (roll_core.rollout.env_python): built once, reused, layered over
+"""An env's own Python environment (roll_core.distributed.env_python): built once, reused, layered over
 the trainer's packages with the env's pins winning, and clear errors. The Ray path (env managers
 started in it, training) is tests/pipeline/test_isolated_env.py."""
 
@@ -9,8 +9,8 @@ from importlib.metadata import version
 
 import pytest
 
+from roll_core.distributed.env_python import MARKER, EnvPython, EnvPythonError, prepare
 from roll_core.errors import ConfigError
-from roll_core.rollout.env_python import MARKER, EnvPython, EnvPythonError, prepare
 
 #: an idna release other than the trainer's: installing it is a real conflict
 PIN = "3.6" if version("idna") != "3.6" else "3.7"
@@ -70,10 +70,10 @@ def test_malformed_registration_options_fail_the_plugin(tmp_path, monkeypatch):
 
 def test_env_managers_never_mix_python_environments():
     """Groups go to workers in order, but a worker hosts envs of one Python environment only."""
-    from roll_core.config.run import EnvBinding
     from roll_core.envs import EnvConfig
     from roll_core.registry import Registration
-    from roll_core.rollout.spec import EnvSpec, RolloutSpec
+    from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
+    from roll_core.run import EnvBinding
 
     def binding(name, **options):
         return EnvBinding(Registration(kind="env", name=name, target="m:C", plugin="t", options=options), EnvConfig())

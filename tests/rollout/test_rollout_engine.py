@@ -25,7 +25,7 @@ SEED_CONFIG = os.path.join(FIXTURES, "frozen_lake_async_with_env_managers.yaml")
 def spec_for(tags, *, groups=4, group_size=2, per_worker=4, mode="train", env_config=None, partition=None,
              **changes):
     from roll_core.plugins import PluginManager
-    from roll_core.rollout.spec import partition_groups
+    from roll_core.rollout.engine.spec import partition_groups
 
     registry = PluginManager(extra_modules=[TEST_ENVS]).registry
 
@@ -175,7 +175,7 @@ def model_rollout(ray_session, test_registry):
 
     from roll_core.config import load_config
     from roll_core.rollout import RolloutScheduler
-    from roll_core.rollout.infer_worker import start_generation
+    from roll_core.workers.infer_group import start_generation
 
     run = resolve(load_config(MODEL_CONFIG), registry=test_registry, roles=("actor_infer",))
     config = run.config
@@ -228,8 +228,8 @@ def test_inference_workers_start_as_one_policy(ray_session, test_registry):
     import ray
 
     from roll_core.config import load_config
-    from roll_core.rollout.infer_worker import start_generation
     from roll_core.strategies.base import GenerationRequest, SamplingParams
+    from roll_core.workers.infer_group import start_generation
 
     run = resolve(load_config(MODEL_CONFIG), registry=test_registry, roles=("actor_infer",))
     generation = start_generation(run, num_workers=2, options={"num_cpus": 0})

@@ -11,9 +11,9 @@ import pytest
 
 from roll_core.config import bind_env
 from roll_core.rollout import EnvSpec, RolloutScheduler, RolloutSpec
-from roll_core.rollout.env_threads import EnvCallTimeout, EnvThreads
-from roll_core.rollout.scheduler import RolloutError, RolloutTimeout
-from roll_core.rollout.spec import partition_groups
+from roll_core.rollout.engine.env_threads import EnvCallTimeout, EnvThreads
+from roll_core.rollout.engine.scheduler import RolloutError, RolloutTimeout
+from roll_core.rollout.engine.spec import partition_groups
 
 FAULTS = "roll_core.testing.faults"
 

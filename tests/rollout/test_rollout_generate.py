@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from roll_core.rollout.generate_scheduler import GenerateScheduler
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, SamplingParams
+from roll_core.workers.generate_scheduler import GenerateScheduler
 
 
 class _Method:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from roll_core.rollout.group_queue import GroupQueue
-from roll_core.rollout.protocol import GroupResult, Release, Report
-from roll_core.rollout.trajectory import Trajectory, Turn
+from roll_core.chat.trajectory import Trajectory, Turn
+from roll_core.rollout.engine.group_queue import GroupQueue
+from roll_core.rollout.engine.messages import GroupResult, Release, Report
 
 
 def fake_group(ticket, size=2, version=0):
@@ -164,7 +164,7 @@ def test_state_dict_resumes_the_same_episode_seeds():
 def test_a_group_crosses_the_queue_as_one_blob_and_unpacks_on_first_use():
     import pickle
 
-    from roll_core.rollout.protocol import Ticket
+    from roll_core.rollout.engine.messages import Ticket
 
     group = fake_group(Ticket(group_id=3, episode_id=1, seed=7, version=2), size=3, version=2)
     at_queue = pickle.loads(pickle.dumps(group))

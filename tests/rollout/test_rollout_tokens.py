@@ -8,14 +8,14 @@ import functools
 import pytest
 import torch
 
+from roll_core.chat.codec import ChatCodec
+from roll_core.chat.trajectory import IncrementalPrompt, WindowedPrompt, state_hash
 from roll_core.envs.prompt import Conversation
-from roll_core.rollout.batch import build_batch
-from roll_core.rollout.chat import ChatCodec
-from roll_core.rollout.episode import EpisodeContext, play_episode
-from roll_core.rollout.policies import TurnPolicy, make_turn_policy
-from roll_core.rollout.protocol import Ticket
-from roll_core.rollout.spec import EnvSpec, RolloutSpec
-from roll_core.rollout.trajectory import IncrementalPrompt, WindowedPrompt, state_hash
+from roll_core.rollout.engine.batch import build_batch
+from roll_core.rollout.engine.episode import EpisodeContext, play_episode
+from roll_core.rollout.engine.messages import Ticket
+from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
+from roll_core.rollout.engine.turn_policies import TurnPolicy, make_turn_policy
 from roll_core.strategies.base import GenerationOutput
 
 TEST_ENVS = "roll_rollout_testenvs"  # tests/rollout/roll_rollout_testenvs.py
@@ -138,10 +138,11 @@ def counting_spec(**changes):
 
 def run_episode(codec, registry, spec, policy, seed=11, env_config=None):
     from roll_core.config import bind_env
+    from roll_core.envs.binding import build_env
 
     env_spec = spec.envs["Counting"]
-    env = bind_env("test_counting", {**env_spec.env.config.model_dump(), **(env_config or {})},
-                   registry=registry).make()
+    env = build_env(bind_env("test_counting", {**env_spec.env.config.model_dump(), **(env_config or {})},
+                             registry=registry))
     ctx = EpisodeContext(spec=spec, codec=codec, threads=None)
     policy.start_episode(seed)
     return asyncio.run(play_episode(ctx, env, env_spec, Ticket(0, 0, seed, 0), 0, policy, route_key="k",
@@ -256,7 +257,7 @@ def test_windowed_episode_gives_step_rows_only(codec, test_registry):
 def test_codec_caches_return_what_the_tokenizer_returns(tokenizer, monkeypatch):
     """ChatCodec remembers encodings and renders (issue 20): the same ids and texts as the tokenizer,
     bounded, not shared between callers' lists, and conversations with tools are never cached."""
-    import roll_core.rollout.chat as chat
+    import roll_core.chat.codec as chat
 
     monkeypatch.setattr(chat, "CACHE_SIZE", 4)
     codec = ChatCodec(tokenizer)
@@ -291,13 +292,14 @@ def test_envs_whose_calls_only_compute_run_on_the_event_loop(codec, test_registr
     import threading
 
     from roll_core.config import bind_env
-    from roll_core.rollout.env_threads import EnvThreads
+    from roll_core.envs.binding import build_env
+    from roll_core.rollout.engine.env_threads import EnvThreads
 
     spec = counting_spec(step_timeout_s=30.0)
     env_spec = spec.envs["Counting"]
 
     def play(inline):
-        env = bind_env("test_counting", env_spec.env.config.model_dump(), registry=test_registry).make()
+        env = build_env(bind_env("test_counting", env_spec.env.config.model_dump(), registry=test_registry))
         seen = []
         step = env.step
 
@@ -332,7 +334,7 @@ def test_envs_whose_calls_only_compute_run_on_the_event_loop(codec, test_registr
 
 
 def test_collate_right_pads_each_row_and_puts_its_reward_on_its_last_token():
-    from roll_core.rollout.batch import collate
+    from roll_core.rollout.engine.batch import collate
 
     rows = [([5, 6, 7], [0, 1, 1], [0.0, -0.5, -0.25]), ([8], [0], [0.0]), ([1, 2, 3, 4, 9], [0, 0, 1, 0, 1],
                                                                            [0.0, 0.0, -1.5, 0.0, -2.0])]

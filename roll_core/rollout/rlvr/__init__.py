@@ -1,0 +1,1 @@
+"""The RLVR rollout: prompts -> sampled responses -> per-domain verifiable rewards."""

@@ -1,0 +1,99 @@
+"""``actor_infer``: its inference workers (:class:`InferWorker`) and the generate scheduler in front.
+
+There is one way to start them, :func:`start_generation` (the pipelines and ``roll rollout`` both
+use it): every worker is built from the run's bound ``actor_infer`` strategy with the *same* seed,
+so with a locally built model every worker starts from the same weights and they serve one policy
+from the first request on. Workers are created with ``max_concurrency=2`` so that ``abort`` runs
+while ``generate`` is busy; strategies see aborts between decode steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from roll_core.workers.infer_worker import InferWorker
+
+if TYPE_CHECKING:
+    from roll_core.run import Run
+
+
+class InferGroup:
+    """The inference workers of a run and the :class:`GenerateScheduler` in front of them.
+
+    With a ``placement`` (the pipeline's), one worker per ``actor_infer`` rank in its bundle, with
+    its devices; otherwise ``num_workers`` workers with Ray ``options`` (``roll rollout``, tests).
+    """
+
+    def __init__(self, run: Run, *, placement: Any = None, num_workers: int = 1,
+                 options: Mapping[str, Any] | None = None, max_batch_size: int | None = None, **overrides: Any):
+        import ray
+
+        config = run.config
+        infer = config.actor_infer
+        pretrain = run.model_path("actor_infer")
+        if placement is not None:
+            worker_options = [placement.actor_options(config, p) for p in placement.ranks["actor_infer"]]
+        else:
+            worker_options = [dict(options or {})] * max(1, num_workers)
+        remote = ray.remote(InferWorker)
+        strategy = run.strategy("actor_infer")
+        if getattr(run, "syncs_adapters", False):  # the engine gets adapters of this rank (hookspecs: serves_lora)
+            overrides.setdefault("max_lora_rank", run.lora.rank)
+        # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
+        self.workers = [remote.options(**{**o, "max_concurrency": 2}).remote(
+            strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
+            for o in worker_options]
+        ray.get([w.policy_version.remote() for w in self.workers])
+        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size)
+
+    def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
+        """Load new weights everywhere: a state dict (put into the object store once here), or
+        ``[ObjectRef]`` of one already there (a train group's :meth:`export_weights_ref`), which
+        each worker fetches itself, without a copy through the driver."""
+        import ray
+
+        refs = weights if isinstance(weights, list) else [ray.put(weights)]
+        ray.get(self.scheduler.update_weights.remote(refs, version))
+
+    def offload(self) -> None:
+        import ray
+
+        ray.get([w.offload.remote() for w in self.workers])
+
+    def reload(self) -> None:
+        import ray
+
+        ray.get([w.reload.remote() for w in self.workers])
+
+    def activity(self) -> dict[str, float]:
+        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
+        import ray
+
+        return ray.get(self.scheduler.activity.remote())
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in [self.scheduler, *self.workers]:
+            ray.kill(actor, no_restart=True)
+
+
+def start_generation(run: Run, *, placement: Any = None, num_workers: int = 1, options: Mapping[str, Any] | None = None,
+                     max_batch_size: int | None = None, **overrides: Any) -> InferGroup:
+    """The run's ``actor_infer`` workers (see :class:`InferGroup`) and their scheduler; ready on return."""
+    return InferGroup(run, placement=placement, num_workers=num_workers, options=options,
+                      max_batch_size=max_batch_size, **overrides)
+
+
+def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02) -> Any:
+    """The :class:`GenerateScheduler` actor in front of ``workers``."""
+    import ray
+
+    from roll_core.distributed.placement import on_driver_node
+    from roll_core.workers.generate_scheduler import GenerateScheduler
+
+    return ray.remote(GenerateScheduler).options(num_cpus=0, max_concurrency=100_000,
+                                                 scheduling_strategy=on_driver_node()).remote(
+        workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s
+    )

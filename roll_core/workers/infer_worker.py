@@ -1,0 +1,49 @@
+"""``actor_infer``'s rank: a Ray actor hosting an infer strategy, behind the generate scheduler.
+
+Started only by :class:`roll_core.workers.infer_group.InferGroup` (the train side's counterpart is
+:mod:`roll_core.workers.train_worker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from roll_core.registry import Registration
+from roll_core.strategies.base import GenerationOutput, GenerationRequest
+
+
+class InferWorker:
+    """Wraps :class:`roll_core.strategies.base.InferStrategy` for :class:`GenerateScheduler`."""
+
+    def __init__(self, strategy: Registration, worker_config: Any, pretrain: str, *, seed: int = 0,
+                 plugins: Mapping[str, str] | None = None, **overrides: Any):
+        from roll_core.run import check_plugin_versions
+
+        check_plugin_versions(plugins or {}, "actor_infer worker")
+        cls = strategy.load()
+        self.strategy = cls.from_worker_config(worker_config, pretrain, seed, **overrides)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationOutput]:
+        return self.strategy.generate(requests)
+
+    def abort(self, request_ids: Sequence[str] | None = None) -> None:
+        self.strategy.abort(request_ids)
+
+    def load_weights(self, weights: Any, version: int) -> None:
+        """A HF-named state dict, or a LoRA adapter for a strategy that serves adapters natively."""
+        from roll_core.strategies.lora import LoraAdapter
+
+        if isinstance(weights, LoraAdapter):
+            self.strategy.load_adapter(weights, version)
+        else:
+            self.strategy.load_weights(weights, version)
+
+    def policy_version(self) -> int:
+        return int(self.strategy.policy_version)
+
+    def offload(self) -> None:
+        self.strategy.offload()
+
+    def reload(self) -> None:
+        self.strategy.reload()
