@@ -77,7 +77,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
            f"mount {source or fstype or ''} on {target}")
 
 
-def _bind(source: str, target: str, *, readonly: bool) -> None:
+def _bind(source: str, target: str, *, readonly: bool, device: bool = False) -> None:
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
     else:
@@ -85,7 +85,7 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
         open(target, "a").close()
     _mount(source, target, None, MS_BIND | MS_REC)
     kept = os.statvfs(target).f_flag
-    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (MS_RDONLY if readonly else 0)
+    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (0 if device else MS_NODEV) | (MS_RDONLY if readonly else 0)
     flags |= sum(ms for st, ms in KEPT_FLAGS if kept & st)
     _mount(None, target, None, flags)
 
@@ -130,7 +130,7 @@ def _build_root(spec: dict) -> list[str]:
     os.makedirs(dev)
     _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
     for name in DEVICES:
-        _bind("/dev/" + name, os.path.join(dev, name), readonly=False)
+        _bind("/dev/" + name, os.path.join(dev, name), readonly=False, device=True)
     for i, name in enumerate(("stdin", "stdout", "stderr")):
         os.symlink(f"/proc/self/fd/{i}", os.path.join(dev, name))
     os.symlink("/proc/self/fd", os.path.join(dev, "fd"))

@@ -41,8 +41,9 @@ def processes_of(uid: int) -> list[int]:
 
 
 def test_a_plain_command_runs_in_its_work_directory():
-    result = run_sandboxed("wc -l < data.txt; pwd; printf err >&2; exit 3", {"data.txt": "a\nb\nc\n"})
-    assert (result.stdout, result.stderr, result.exit_code, result.reason) == ("3\n/sandbox\n", "err", 3,
+    result = run_sandboxed("wc -l < data.txt; pwd; printf err >&2; head -c 3 /dev/zero | wc -c; echo gone >/dev/null;"
+                           " exit 3", {"data.txt": "a\nb\nc\n"})
+    assert (result.stdout, result.stderr, result.exit_code, result.reason) == ("3\n/sandbox\n3\n", "err", 3,
                                                                                "exit_nonzero")
     assert result.reason in REASONS and result.mode == "namespaces"
 
