@@ -1,6 +1,8 @@
 """The sandbox's launcher: a standalone script (standard library only) that the runner starts as
-``python -I -S launcher.py SPEC_JSON``, so nothing of the trainer (threads, imports, environment)
-reaches the sandboxed program.
+``python -I -S launcher.py`` with the run's spec (JSON) as its only environment variable, so
+nothing of the trainer (threads, imports, environment) reaches the sandboxed program. The spec is
+not in argv (``/proc/1/cmdline`` is readable inside), and the launcher makes itself non-dumpable
+(its memory and ``environ`` are closed to the program even where both share a host uid).
 
 What it does, in order (docs/sandbox.md has the why):
 
@@ -38,7 +40,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+SPEC_VARIABLE = "ROLL_SANDBOX_SPEC"
 #: pivot_root has no libc wrapper; where the number is unknown the root is moved and chroot'ed into
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 #: statvfs flags -> mount flags a read-only remount must keep (a user namespace may not drop them)
@@ -222,10 +225,11 @@ def _init(spec: dict, status_fd: int) -> int:
 
 
 def main() -> int:
-    spec = json.loads(sys.argv[1])
+    spec = json.loads(os.environ.pop(SPEC_VARIABLE))
     status_fd = spec["status_fd"]
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         if spec["mode"] == "rlimits":
             return _init(spec, status_fd)
         flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS

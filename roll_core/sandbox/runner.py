@@ -231,8 +231,9 @@ def _launch(workdir: Path, argv: list[str], *, mode: str, uid: int, limits: Limi
         stdin_file.seek(0)
     started = time.monotonic()
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec)], stdin=stdin_file,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,), env={},
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER)], stdin=stdin_file,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+                                env={"ROLL_SANDBOX_SPEC": json.dumps(spec)},
                                 cwd="/", start_new_session=True)
     finally:
         os.close(status_w)
