@@ -15,8 +15,9 @@ What it does, in order (docs/sandbox.md has the why):
    work directory read-write at ``/sandbox``; then ``pivot_root`` into it and drops the host's tree;
 3. the init forks the program: resource limits, a new session, every file descriptor above 2
    closed, a user id of its own with no capabilities (root: ``setuid`` to the sandbox's uid;
-   others: a nested user namespace mapping them to uid 1000), ``no_new_privs``, then ``execve``
-   with the environment the runner chose;
+   others: a nested user namespace mapping them to uid 1000), ``no_new_privs``, a seccomp filter
+   (:data:`DENIED_SYSCALLS`, when libseccomp is installed), then ``execve`` with the environment
+   the runner chose;
 4. the init reaps every process, and when the program exits it writes the program's status as
    one JSON line to ``status_fd`` and exits: the kernel kills whatever the program left running.
 
@@ -56,6 +57,59 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 RLIMITS = {"cpu_s": resource.RLIMIT_CPU, "memory_mb": resource.RLIMIT_AS, "processes": resource.RLIMIT_NPROC,
            "file_size_mb": resource.RLIMIT_FSIZE, "open_files": resource.RLIMIT_NOFILE}
 INNER_UID = 1000  # what a non-root user is inside the sandbox
+#: system calls the program gets EPERM for (seccomp, through libseccomp when it is installed): new
+#: namespaces and mounts (a user namespace would hand the program capabilities over it), tracing,
+#: kernel keyrings, modules, BPF, perf, userfaultfd, io_uring and other rarely needed kernel surface
+DENIED_SYSCALLS = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+                   "fsopen", "fsmount", "fsconfig", "fspick", "ptrace", "process_vm_readv", "process_vm_writev",
+                   "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+                   "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
+                   "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl",
+                   "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm", "lookup_dcookie", "personality")
+SCMP_ACT_ALLOW, SCMP_ACT_ERRNO_EPERM = 0x7FFF0000, 0x00050000 | 1
+SCMP_CMP_MASKED_EQ = 7
+
+
+class _ArgCmp(ctypes.Structure):  # libseccomp's struct scmp_arg_cmp
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+def _load_seccomp() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError:
+        return None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def _apply_seccomp(lib: ctypes.CDLL) -> None:
+    """Deny :data:`DENIED_SYSCALLS` and clone/clone3 with new namespaces; everything else is allowed."""
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        raise SetupError("seccomp_init failed")
+    try:
+        for name in DENIED_SYSCALLS:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number >= 0:  # a call this architecture does not have needs no rule
+                _check(-lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO_EPERM, number, 0, None), f"seccomp {name}")
+        clone = lib.seccomp_syscall_resolve_name(b"clone")
+        for flag in (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET):
+            cmp = _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag)
+            _check(-lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO_EPERM, clone, 1, ctypes.byref(cmp)), "seccomp clone")
+        clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
+        if clone3 >= 0:  # its flags are behind a pointer: ENOSYS makes libc fall back to clone, filtered above
+            _check(-lib.seccomp_rule_add_array(ctx, 0x00050000 | 38, clone3, 0, None), "seccomp clone3")
+        _check(-lib.seccomp_load(ctx), "seccomp_load")
+    finally:
+        lib.seccomp_release(ctx)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -173,9 +227,10 @@ def _which(program: str, path: str) -> str:
     raise FileNotFoundError(program)
 
 
-def _exec_program(spec: dict, status_fd: int) -> None:
+def _exec_program(spec: dict, status_fd: int, seccomp: ctypes.CDLL | None) -> None:
     """In the forked child: limits, session, identity, then the program. Never returns."""
     try:
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own id maps (userns); execve decides for the program
         os.setsid()
         os.closerange(3, 1 << 16)
         for key, which in RLIMITS.items():
@@ -194,6 +249,8 @@ def _exec_program(spec: dict, status_fd: int) -> None:
             os.setgid(spec["uid"])
             os.setuid(spec["uid"])  # from root to a plain uid: every capability is gone
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        if seccomp is not None:
+            _apply_seccomp(seccomp)
         os.chdir(spec["cwd"])
         os.execve(_which(spec["argv"][0], spec["env"].get("PATH", "")), spec["argv"], spec["env"])
     except FileNotFoundError:
@@ -207,10 +264,13 @@ def _exec_program(spec: dict, status_fd: int) -> None:
 def _init(spec: dict, status_fd: int) -> int:
     """PID 1 of the sandbox: build the root, run the program, reap everyone, report its status."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    seccomp = _load_seccomp() if spec["mode"] != "rlimits" else None  # before the host's /usr is gone
     skipped = _build_root(spec) if spec["mode"] != "rlimits" else []
+    if seccomp is None and spec["mode"] != "rlimits":
+        skipped.append("seccomp (libseccomp.so.2 not found: install libseccomp2)")
     child = os.fork()
     if child == 0:
-        _exec_program(spec, status_fd)
+        _exec_program(spec, status_fd, seccomp)
     while True:
         pid, status, usage = os.wait4(-1, 0)
         if pid == child:
@@ -229,7 +289,6 @@ def main() -> int:
     status_fd = spec["status_fd"]
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         if spec["mode"] == "rlimits":
             return _init(spec, status_fd)
         flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
@@ -239,6 +298,7 @@ def main() -> int:
             _map_ids(0, uid, gid)
         else:
             _check(_libc.unshare(flags), "unshare namespaces as root")
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the id maps: a non-dumpable process cannot write its own
         pid = os.fork()
         if pid == 0:
             try:

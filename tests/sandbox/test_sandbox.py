@@ -172,6 +172,22 @@ def test_sockets_reach_neither_the_hosts_loopback_nor_the_internet():
         listener.close()
 
 
+def test_new_namespaces_tracing_and_kernel_keyrings_are_denied_by_seccomp():
+    """A user namespace of its own would give the program capabilities over it (mounts, more kernel
+    surface): unshare, clone with namespace flags, ptrace and keyctl get EPERM; fork and threads work."""
+    result = py("""
+        import ctypes, os, subprocess, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        def errno(ret):
+            return ctypes.get_errno() if ret == -1 else 0
+        print(errno(libc.unshare(0x10000000)), errno(libc.ptrace(16, 1, 0, 0)), errno(libc.syscall(250, 0, 0, 0, 0)))
+        print(subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode)
+        thread = threading.Thread(target=print, args=("thread",)); thread.start(); thread.join()
+    """)
+    assert result.stdout.splitlines() == ["1 1 1", "1", "thread"], result.stdout + result.stderr  # 1: EPERM
+    assert not any("seccomp" in note for note in result.notes)
+
+
 def test_stdin_reaches_the_program():
     assert run_sandboxed(["python3", "-c", "print(int(input()) * 2)"], stdin="21\n").stdout == "42\n"
 
@@ -200,14 +216,15 @@ def test_a_non_root_user_gets_the_user_namespace_path():
         for path in (tree, *tree.rglob("*")):
             path.chmod(0o755)
         code = ("from roll_core.sandbox import run_sandboxed\n"
-                "r = run_sandboxed('id -u; cat /etc/shadow 2>&1 | head -1; ls /root 2>&1; true')\n"
-                "print(r.reason, r.mode, r.stdout.split()[0], 'root:' in r.stdout)")
+                "r = run_sandboxed('id -u; cat /etc/shadow 2>&1 | head -1; ls /root 2>&1; "
+                "cat /proc/1/environ >/dev/null 2>&1 || echo environ-denied')\n"
+                "print(r.reason, r.mode, r.stdout.split()[0], 'root:' in r.stdout, 'environ-denied' in r.stdout)")
         out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
                               code], capture_output=True, text=True, timeout=60, cwd="/",
                              env={"PYTHONPATH": str(tree), "HOME": "/tmp", "PATH": "/usr/bin:/bin"})
     finally:
         shutil.rmtree(tree)
-    assert out.stdout.split() == ["ok", "namespaces", "1000", "False"], out.stdout + out.stderr
+    assert out.stdout.split() == ["ok", "namespaces", "1000", "False", "True"], out.stdout + out.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
