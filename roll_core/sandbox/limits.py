@@ -74,6 +74,7 @@ class Result:
     cpu_s: float | None = None
     mode: str = ""
     notes: list[str] = field(default_factory=list)
+    wall_limit_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,7 +83,7 @@ class Result:
     def summary(self) -> str:
         """One line for logs and observations: ``exit 1``, ``timeout after 2.0 s``, ..."""
         if self.reason == "timeout":
-            return f"timeout after {self.wall_s:.1f} s"
+            return f"timeout after {self.wall_limit_s or self.wall_s:.1f} s"
         if self.signal is not None:
             return f"{self.reason} (signal {self.signal})"
         return f"exit {self.exit_code}" + ("" if self.reason in ("ok", "exit_nonzero") else f" ({self.reason})")

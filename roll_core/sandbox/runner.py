@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -153,6 +154,7 @@ class Sandbox:
         self.uid = _pick_uid()
         self._base = Path(tempfile.mkdtemp(prefix="roll-sandbox-"))
         self._base.chmod(0o711)  # the rlimits mode's program (another uid) reaches work/ by its host path
+        self._remove = weakref.finalize(self, shutil.rmtree, str(self._base), True)  # also if never closed
         self.path = self._base / "work"
         self.path.mkdir()
         self.write_files(files or {})
@@ -181,7 +183,8 @@ class Sandbox:
                        env={**self.env, **(env or {})}, stdin=stdin, ro_binds=self.ro_binds)
 
     def close(self) -> None:
-        shutil.rmtree(self._base, ignore_errors=True)
+        """Remove the work directory (also done when the object is collected or the process exits)."""
+        self._remove()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -326,4 +329,4 @@ def _result(status: dict, stopped: str | None, out: bytes, err: bytes, limits: L
         note = f"\n[output truncated at {cap} bytes]"
         stdout, stderr = (stdout + note if len(out) > cap else stdout), (stderr + note if len(err) > cap else stderr)
     return Result(reason=reason, exit_code=code, signal=sig, stdout=stdout, stderr=stderr, truncated=truncated,
-                  wall_s=wall, cpu_s=cpu, mode=mode, notes=list(status.get("skipped", [])))
+                  wall_s=wall, cpu_s=cpu, mode=mode, notes=list(status.get("skipped", [])), wall_limit_s=limits.wall_s)

@@ -244,3 +244,17 @@ def test_unknown_modes_are_named():
     with pytest.raises(Exception, match="unknown sandbox mode 'chroot'.*namespaces"):
         check_available("chroot")
     assert issubclass(SandboxUnavailable, Exception)
+
+
+def test_without_a_system_python_the_trainers_base_interpreter_is_bound_read_only(monkeypatch):
+    from roll_core.sandbox import python_executable, runner
+
+    real_exists = os.path.exists
+    monkeypatch.setattr(runner.os.path, "exists", lambda p: p != "/usr/bin/python3" and real_exists(p))
+    python, binds = python_executable()
+    assert binds == (os.path.realpath(sys.base_prefix),) and python.startswith(binds[0])
+    monkeypatch.undo()
+    result = run_sandboxed([python, "-c", f"import sys; print(sys.version_info[:2] == {sys.version_info[:2]!r})"],
+                           ro_binds=binds, limits=FAST)
+    assert (result.reason, result.stdout) == ("ok", "True\n"), result.stderr
+    assert not run_sandboxed(["sh", "-c", f"echo x > {binds[0]}/escaped"], ro_binds=binds, limits=FAST).ok

@@ -9,12 +9,14 @@ across the episode's commands and nothing else does (no process outlives its com
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from roll_core.envs import EnvConfig, StepOutcome, TextEnv
-from roll_core.sandbox import Limits, Sandbox
+from roll_core.sandbox import Limits, Sandbox, python_executable
+from roll_core.sandbox.runner import BASE_ENV
 from roll_env_terminal.builtin_tasks import BUILTIN
 from roll_env_terminal.tasks import Task, load_tasks
 
@@ -60,6 +62,9 @@ class TerminalEnv(TextEnv):
         self.makers = [m for tier in cfg.tiers for m in BUILTIN[tier]]
         self.limits = Limits(wall_s=cfg.command_timeout_s, cpu_s=max(1, int(cfg.command_timeout_s)),
                              memory_mb=cfg.command_memory_mb, processes=64, output_bytes=max(4096, 4 * cfg.max_output_chars))
+        # python3 for the tasks: the system's, else the trainer's base interpreter (bound read-only, on PATH)
+        python, self.python_binds = python_executable()
+        self.python_env = {"PATH": f"{os.path.dirname(python)}:{BASE_ENV['PATH']}"} if self.python_binds else {}
         self.box: Sandbox | None = None
         self.task: Task | None = None
         self.history: list[str] = []
@@ -82,7 +87,8 @@ class TerminalEnv(TextEnv):
             self.task = self.makers[int(self.np_random.integers(len(self.makers)))](self.np_random)
         if self.box is not None:
             self.box.close()
-        self.box = Sandbox(self.task.files, limits=self.limits, mode=self.config.sandbox_mode)
+        self.box = Sandbox(self.task.files, limits=self.limits, mode=self.config.sandbox_mode, ro_binds=self.python_binds,
+                           env=self.python_env)
         self.history, self.time_used = [], 0.0
         listing = ", ".join(sorted(self.task.files)) or "(none)"
         self.text = f"Task: {self.task.instruction}\nFiles: {listing}"
