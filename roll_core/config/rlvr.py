@@ -62,8 +62,9 @@ class RewardConfig(WorkerConfig):
     infer_batch_size: int = compat(16, _REWARD_WORKER)
     system_envs: dict[str, str] = compat({}, _REWARD_WORKER)
     ray_resources: dict[str, float] = compat({}, _REWARD_WORKER)
-    code_url: str | None = compat(None)
-    use_local: bool = compat(True)
+    code_url: str | None = compat(None, "The code_sandbox reward runs code locally, in roll_core.sandbox "
+                                  "(docs/sandbox.md); no remote sandbox service is called.")
+    use_local: bool = compat(True, "The code_sandbox reward always runs code locally, in roll_core.sandbox.")
     reward_manager_config: list[FreeDict] = compat([])
 
     @field_validator("format_pattern")

@@ -18,7 +18,7 @@ import logging
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.errors import ConfigError, did_you_mean
@@ -40,6 +40,8 @@ class PromptRow:
     reference: str | None
     domain: str
     tag: str | None = None
+    #: the row's other columns (e.g. ROLL's code ``test_cases``), for reward functions that take ``row``
+    fields: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _render_native(tokenizer: Any, messages: Messages) -> str:
@@ -173,6 +175,12 @@ def _reference(row: Mapping[str, Any], data_args: Any) -> str | None:
     return None
 
 
+def _fields(row: Mapping[str, Any], data_args: Any) -> dict[str, Any]:
+    """The row minus its prompt (kept once, as tokens and text)."""
+    prompt_keys = {data_args.messages, data_args.prompt, "messages", "prompt"}
+    return {k: v for k, v in row.items() if k not in prompt_keys}
+
+
 def load_prompts(paths: str | Sequence[str], tokenizer: Any, *, data_args: Any, rewards: Mapping[str, Any],
                  prompt_length: int | None, template: str | None = None) -> list[PromptRow]:
     """Read, render, tokenise, tag and length-filter the prompts of ``paths``."""
@@ -192,7 +200,8 @@ def load_prompts(paths: str | Sequence[str], tokenizer: Any, *, data_args: Any, 
             continue
         user = [m["content"] for m in messages if m["role"] == "user"]
         rows.append(PromptRow(len(rows), tuple(ids), user[-1] if user else messages[-1]["content"],
-                              _reference(raw, data_args), domain, None if tag is None else str(tag)))
+                              _reference(raw, data_args), domain, None if tag is None else str(tag),
+                              _fields(raw, data_args)))
     if too_long:
         logger.warning("%d prompt(s) of %s are longer than prompt_length (%s tokens) and are left out",
                        too_long, paths, prompt_length)

@@ -23,8 +23,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("roll_core.errors", "roll_core.validation"),
     # the plugin machinery: hook specs, the registry of named components, plugin discovery
     ("roll_core.hookspecs", "roll_core.registry", "roll_core.plugins", "roll_core"),
-    # leaf libraries that know nothing of runs: models and tokenizers, prompt data, the RL maths
-    ("roll_core.models", "roll_core.data", "roll_core.algorithms", "roll_core.rewards", "roll_core.scaffold",
+    # leaf libraries that know nothing of runs: models and tokenizers, prompt data, the RL maths, the sandbox
+    ("roll_core.models", "roll_core.data", "roll_core.algorithms", "roll_core.sandbox", "roll_core.rewards",
+     "roll_core.scaffold",
      "roll_core.examples"),
     # where a process runs: the local Ray cluster, placement, ranks, process groups, env Pythons
     ("roll_core.distributed",),

@@ -55,12 +55,15 @@ def test_example_data_loads_with_chat_template_and_domains(tokenizer, config, mo
 def test_messages_column_plain_template_and_reference_fallback(tokenizer, config, tmp_path):
     path = write(tmp_path / "d.jsonl", [
         {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "2+2="}],
-         "ground_truth": "4", "domain": "arithmetic"},
+         "ground_truth": "4", "domain": "arithmetic", "test_cases": [{"assert_code": "assert True"}]},
     ])
     rows = load_prompts(path, tokenizer, data_args=DataArgs(template="plain"), rewards=config.rewards,
                         prompt_length=64)
     assert tokenizer.decode(list(rows[0].prompt_ids)) == "Add.\n2+2="
     assert (rows[0].text, rows[0].reference, rows[0].domain) == ("2+2=", "4", "arithmetic")
+    # the other columns reach reward functions that take `row` (the prompt itself is not repeated)
+    assert rows[0].fields == {"ground_truth": "4", "domain": "arithmetic",
+                              "test_cases": [{"assert_code": "assert True"}]}
 
 
 def test_prompt_length_filters_and_errors_when_nothing_fits(tokenizer, config, tmp_path, caplog):

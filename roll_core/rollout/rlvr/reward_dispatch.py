@@ -6,12 +6,16 @@ the bound registration (no name is looked up here). A domain's
 ``format_pattern`` is passed to its function as ``pattern`` (the ``regex`` reward's pattern), and
 ``response_length_penalty_coef`` subtracts ``coef * response tokens`` from the score.
 
+A reward function that declares a ``row`` parameter also receives the dataset row's other
+columns (e.g. ROLL's code ``test_cases`` / ``case_type`` for ``code_sandbox``).
+
 A sample counts as *correct* when its reward function returned a positive value (before the
 length penalty): for ``math_verify`` the answer is right, for ``regex`` the format is.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +30,7 @@ class DomainReward:
     fn: Any
     options: dict[str, Any] = field(default_factory=dict)
     length_penalty: float = 0.0
+    wants_row: bool = False  # the function declares a ``row`` parameter
 
 
 class RewardDispatcher:
@@ -38,14 +43,23 @@ class RewardDispatcher:
         for domain, cfg in rewards.items():
             reg = bound[domain]
             options = {"pattern": cfg.format_pattern} if cfg.format_pattern else {}
-            self.domains[domain] = DomainReward(reg.name, reg.load(), options,
-                                                float(cfg.response_length_penalty_coef or 0.0))
+            fn = reg.load()
+            self.domains[domain] = DomainReward(reg.name, fn, options, float(cfg.response_length_penalty_coef or 0.0),
+                                                _takes_row(fn))
 
     def score(self, domain: str, prompt: str, response: str, reference: str | None,
-              response_tokens: int = 0) -> tuple[float, bool]:
+              response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool]:
         spec = self.domains.get(domain)
         if spec is None:
             raise RollError(f"no reward for domain {domain!r}: the config's rewards define "
                             f"{', '.join(self.domains)}.{did_you_mean(domain, self.domains)}")
-        raw = float(spec.fn(prompt, response, reference, **spec.options))
+        extra = {"row": dict(row or {})} if spec.wants_row else {}
+        raw = float(spec.fn(prompt, response, reference, **spec.options, **extra))
         return raw - spec.length_penalty * response_tokens, raw > 0
+
+
+def _takes_row(fn: Any) -> bool:
+    try:
+        return "row" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C function: no row
+        return False

@@ -161,7 +161,7 @@ class RLVRRollout:
             raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
                             f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow") from None
         texts = [self.tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outputs]
-        scored = [self.rewards.score(row.domain, row.text, text, row.reference, len(o.token_ids))
+        scored = [self.rewards.score(row.domain, row.text, text, row.reference, len(o.token_ids), row.fields)
                   for row, text, o in zip(flat, texts, outputs)]
         return Samples(rows=flat, groups=groups, response_ids=[list(o.token_ids) for o in outputs],
                        logprobs=[list(o.logprobs) for o in outputs], versions=[int(o.policy_version) for o in outputs],
