@@ -105,6 +105,9 @@ def rows() -> list[Row]:
             description = (field.description or "").strip()
             if status == "compat":
                 description = description.removeprefix(COMPAT).strip()
+            choices = literal_choices(field.annotation) if status != "compat" else ""
+            if choices:  # the type column stays narrow; the values go with the description
+                description = f"{description} One of {choices}.".strip()
             out.append(Row(cls.__name__, name, type_name(field.annotation), default_text(field), status, description))
     return out
 
@@ -118,7 +121,8 @@ def config_reference_markdown() -> str:
         "# Config fields",
         "",
         "Every field of roll's config schema, generated from the pydantic models in `roll_core/config/` "
-        "when the site is built. Field names and defaults are ROLL's unless the description says *roll:*.",
+        "when the site is built. Field names and defaults are ROLL's; a description starting with \"roll:\" marks "
+        "roll's own additions.",
         "",
         f"**{len(all_rows)} fields**: {counts['real']} used by roll, {counts['compat']} accepted only so ROLL "
         f"configs load (**ROLL compat**: setting one to anything but its default prints a warning naming "
@@ -129,11 +133,11 @@ def config_reference_markdown() -> str:
         "config (an env's `env_config`, a backend's `strategy_config`). Where the fields meet the numerics, "
         "[Algorithms](../algorithms.md#7-config-reference) has the formulas.",
         "",
-        "| Section | Where it appears in a config |",
+        "| Where in a config | Section |",
         "|---|---|",
     ]
     for cls in sections():
-        lines.append(f"| [`{cls.__name__}`](#{cls.__name__.lower()}) | {_where(cls, used)} |")
+        lines.append(f"| {_where(cls, used)} | [{cls.__name__}](#{cls.__name__.lower()}) |")
     for cls in sections():
         lines += ["", f"## {cls.__name__}", ""]
         doc = _first_paragraph(cls.__doc__)
@@ -142,38 +146,39 @@ def config_reference_markdown() -> str:
         lines.append(f"Where: {_where(cls, used)}.")
         bases = [b.__name__ for b in cls.__bases__ if issubclass(b, RollModel) and b is not RollModel]
         if bases:
-            linked = ", ".join(f"[`{b}`](#{b.lower()})" for b in bases)
+            linked = ", ".join(f"[{b}](#{b.lower()})" for b in bases)
             lines.append(f"Also has every field of {linked}.")
         mine = [r for r in all_rows if r.section == cls.__name__]
         if not mine:
             continue
-        lines += ["", "| Field | Type | Default | Status | Description |", "|---|---|---|---|---|"]
+        lines += ["", "| Field | Type | Default | Description |", "|---|---|---|---|"]
         for r in mine:
-            lines.append(f"| `{r.name}` | {r.type} | {r.default} | {STATUS[r.status]} | {_cell(r.description)} |")
+            label = "" if r.status == "real" else f"**{STATUS[r.status]}**" + (": " if r.description else ".")
+            lines.append(f"| `{r.name}` | {r.type} | {r.default} | {label}{_cell(r.description)} |")
     return "\n".join(lines) + "\n"
 
 
 def roll_compat_markdown() -> str:
-    """The ROLL fields that do nothing in roll (or take one value), with what roll does instead."""
+    """The ROLL fields that do nothing in roll (or take one value), with what roll does instead, by section."""
     all_rows = rows()
     used = where_used()
-    by_name = {cls.__name__: cls for cls in sections()}
     odd = [r for r in all_rows if r.status != "real"]
-    real = len(all_rows) - len(odd)
     lines = [
-        f"Of the {len(all_rows)} fields of roll's schema, {real} are used; the {len(odd)} below are accepted so "
-        "that ROLL configs load unchanged. A compat field set to a value other than its default prints one "
-        "warning line at start-up; a one-value field set to another value is an error. "
+        f"Of the {len(all_rows)} fields of roll's schema, {len(all_rows) - len(odd)} are used; the {len(odd)} below "
+        "are accepted so that ROLL configs load unchanged. A compat field set to a value other than its default "
+        "prints one warning line at start-up; a **one value** field set to another value is an error. "
         "([Config fields](../reference/config.md) has every field.)",
-        "",
-        "| Field | Section (where) | Status | What roll does instead |",
-        "|---|---|---|---|",
     ]
-    for r in odd:
-        where = _where(by_name[r.section], used)
-        link = f"[`{r.section}`](../reference/config.md#{r.section.lower()})"
-        what = _cell(r.description) or "Ignored: setting it changes nothing."
-        lines.append(f"| `{r.name}` | {link} ({where}) | {STATUS[r.status]} | {what} |")
+    for cls in sections():
+        mine = [r for r in odd if r.section == cls.__name__]
+        if not mine:
+            continue
+        lines += ["", f"### {cls.__name__}", "",
+                  f"Where: {_where(cls, used)}; [all its fields](../reference/config.md#{cls.__name__.lower()}).", "",
+                  "| Field | What roll does instead |", "|---|---|"]
+        for r in mine:
+            label = "**one value**: " if r.status == "fixed" else ""
+            lines.append(f"| `{r.name}` | {label}{_cell(r.description) or 'Ignored: setting it changes nothing.'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -205,17 +210,25 @@ def type_name(annotation: Any) -> str:
         parts = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(parts) + (" or null" if type(None) in args else "")
     if origin is typing.Literal:
-        return " / ".join(f"`{json.dumps(a)}`" for a in args)
+        return "choice"
     if origin is dict:
         return f"map of {type_name(args[1])}" if args else "map"
     if origin in (list, tuple):
         return f"list of {type_name(args[0])}" if args else "list"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         name = annotation.__name__  # compat-only sections (ROLL's filters) have no table to link to
-        return f"[`{name}`](#{name.lower()})" if annotation in sections() else f"`{name}`"
+        return f"[{name}](#{name.lower()})" if annotation in sections() else name
     if annotation is Any:
         return "any"
     return f"`{getattr(annotation, '__name__', str(annotation))}`"
+
+
+def literal_choices(annotation: Any) -> str:
+    """The values of the ``Literal`` inside an annotation, as the description lists them ("" if none)."""
+    for arg in _types(annotation):
+        if typing.get_origin(arg) is typing.Literal:
+            return ", ".join(f"`{a}`" for a in typing.get_args(arg))
+    return ""
 
 
 def default_text(field: Any) -> str:
@@ -235,11 +248,11 @@ def _where(cls: type[BaseModel], used: dict[type[BaseModel], list[str]]) -> str:
     paths = [p for p in used.get(cls, [])]
     if cls in ROOTS or (isinstance(cls, type) and issubclass(PipelineConfig, cls)):
         pipelines = [r for r in ROOTS if issubclass(r, cls)]
-        only = pipelines[0].model_fields["pipeline_type"].default
+        only = {"agentic": "agentic", "rlvr": "RLVR"}[pipelines[0].model_fields["pipeline_type"].default]
         return "top level" + ("" if len(pipelines) == len(ROOTS) else f", {only} configs only")
     if not paths:
         subclasses = [c.__name__ for c in sections() if c is not cls and issubclass(c, cls)]
-        return "through " + ", ".join(f"[`{s}`](#{s.lower()})" for s in subclasses)
+        return "through " + ", ".join(f"[{s}](#{s.lower()})" for s in subclasses)
     return ", ".join(f"`{p}`" for p in paths)
 
 

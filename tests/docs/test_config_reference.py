@@ -62,7 +62,8 @@ def test_every_field_of_both_pipelines_has_a_row(ref):
     assert not missing, f"fields without a row in the generated config reference: {missing}"
     page = ref.config_reference_markdown()
     for row in rows:
-        assert f"| `{row.name}` | {row.type} | {row.default} | {ref.STATUS[row.status]} |" in page
+        label = "" if row.status == "real" else f"**{ref.STATUS[row.status]}**"
+        assert f"| `{row.name}` | {row.type} | {row.default} | {label}" in page
 
 
 def test_compat_and_fixed_fields_are_marked_with_what_roll_does_instead(ref):
@@ -81,8 +82,11 @@ def test_compat_and_fixed_fields_are_marked_with_what_roll_does_instead(ref):
     assert beams.status == "fixed" and beams.description.startswith("Only 1 is supported")
     kl = by_key[("AlgorithmConfig", "init_kl_coef")]
     assert (kl.status, kl.default, kl.type) == ("real", "`0.0`", "`float`")
-    assert by_key[("AgenticConfig", "custom_envs")].type == "map of [`CustomEnvConfig`](#customenvconfig)"
-    assert by_key[("AlgorithmConfig", "kl_penalty")].type.startswith('`"kl"` / `"abs"`')
+    assert by_key[("AgenticConfig", "custom_envs")].type == "map of [CustomEnvConfig](#customenvconfig)"
+    penalty = by_key[("AlgorithmConfig", "kl_penalty")]
+    assert penalty.type == "choice"
+    assert penalty.description.endswith("One of `kl`, `abs`, `mse`, `k3`, `k1`, `k2`, `low_var_kl`, `full`.")
+    assert by_key[("ModelArgs", "dtype")].type == "choice or null"
     assert by_key[("RunSettings", "pipeline_type")].default == "required"
     model_args = by_key[("EnvManagerConfig", "model_args")]
     assert model_args.status == "compat" and "actor_infer's" in model_args.description
@@ -92,9 +96,11 @@ def test_the_roll_table_lists_every_field_roll_does_not_use(ref):
     table = ref.roll_compat_markdown()
     odd = [r for r in ref.rows() if r.status != "real"]
     assert len(odd) > 100
-    listed = re.findall(r"^\| `(\w+)` \| \[`(\w+)`\]", table, re.M)
-    assert sorted(listed) == sorted((r.name, r.section) for r in odd)
-    assert "| `num_beams` | [`GeneratingArgs`](../reference/config.md#generatingargs) (" in table
+    listed = {(section, name) for section, block in re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", table, re.M | re.S)
+              for name in re.findall(r"^\| `(\w+)` \|", block, re.M)}
+    assert listed == {(r.section, r.name) for r in odd}
+    assert "| `num_beams` | **one value**: Only 1 is supported:" in table
+    assert "| `ulysses_size` | Ulysses sequence parallelism is not implemented; sequences stay on one rank. |" in table
 
 
 def test_a_new_field_appears_without_touching_the_generator(ref, monkeypatch):
@@ -104,9 +110,10 @@ def test_a_new_field_appears_without_touching_the_generator(ref, monkeypatch):
 
     monkeypatch.setattr(ref, "ROOTS", (WithKnob, RLVRConfig))
     page = ref.config_reference_markdown()
-    assert "| `zz_turbo_knob` | `int` | `3` | used | A knob nobody documented by hand. |" in page
-    assert "| `zz_old_knob` | `bool` | `false` | ROLL compat | roll does something better. |" in page
-    assert "| `zz_old_knob` | [`WithKnob`](../reference/config.md#withknob)" in ref.roll_compat_markdown()
+    assert "| `zz_turbo_knob` | `int` | `3` | A knob nobody documented by hand. |" in page
+    assert "| `zz_old_knob` | `bool` | `false` | **ROLL compat**: roll does something better. |" in page
+    assert "### WithKnob" in ref.roll_compat_markdown()
+    assert "| `zz_old_knob` | roll does something better. |" in ref.roll_compat_markdown()
 
 
 def test_the_cli_reference_covers_every_command():
