@@ -213,7 +213,8 @@ def docs(session: nox.Session) -> None:
     """
     session.install(*_requirements(ROOT, skip=_HEAVY_DISTS), *_extra(ROOT, "docs"))
     session.install("--no-deps", "-e", ".")
-    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", str(ROOT / "site"), *session.posargs)
+    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", str(ROOT / "site"), *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})  # Material's banner about its successor
 
 
 @nox.session(python=PYTHON)
