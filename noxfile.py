@@ -1,4 +1,4 @@
-"""The one task runner: ``nox -s lint tests isolated wheels`` is what CI runs (see README).
+"""The one task runner: ``nox -s lint tests isolated wheels docs`` is what CI runs (see README).
 
 Sessions
   lint                ruff over the whole repository
@@ -9,6 +9,8 @@ Sessions
                       proving its entry point is found and its import stays light; then a package
                       made by `roll plugins new env` installed from its wheel, tested and trained,
                       and the plugins marked `[tool.roll] wheel-train` trained 2 steps from their wheels
+  docs                the documentation site (mkdocs.yml) built with --strict into site/: broken links,
+                      missing API references and a config reference that does not build fail it
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
   bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
                       an env's own Python environment against Ray's pip runtime environment, the
@@ -37,7 +39,7 @@ ROOT = Path(__file__).parent
 PLUGINS_DIR = ROOT / "plugins"
 AGENT_EXAMPLES = ROOT / "examples" / "agents"
 PYTHON = "3.11"
-nox.options.sessions = ["lint", "tests", "isolated", "wheels"]
+nox.options.sessions = ["lint", "tests", "isolated", "wheels", "docs"]
 nox.options.default_venv_backend = "venv"
 
 # Test processes: no hub downloads, no Ray login prompts, no telemetry.
@@ -243,6 +245,20 @@ def _requirements(project: Path, *, skip: set[str]) -> list[str]:
 
 
 @nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The site, strict: a broken link or anchor, an unresolved API reference or a failing config
+    reference generator (docs/hooks/config_reference.py, which imports roll_core.config) fails it.
+
+    roll-core goes in without its heavy requirements: the generator needs only the light ones, and
+    mkdocstrings reads the API modules' source without importing them.
+    """
+    session.install(*_requirements(ROOT, skip=_HEAVY_DISTS), *_extra(ROOT, "docs"))
+    session.install("--no-deps", "-e", ".")
+    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", str(ROOT / "site"), *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})  # Material's banner about its successor
+
+
+@nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The README demo: GRPO on FrozenLake with the built-in tiny model, on CPU."""
     session.install("-e", ".", "-e", str(PLUGINS_DIR / "roll-env-frozenlake"))
@@ -303,6 +319,11 @@ def _run_bench(session: nox.Session, name: str, options: list[str], env: dict[st
 
 # glibc malloc otherwise returns big training buffers to the OS every step (see docs/dependencies.md)
 _FAST_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
+
+
+def _extra(project: Path, extra: str) -> list[str]:
+    """The requirements of one of a project's extras (``[project.optional-dependencies]``)."""
+    return tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"][extra]
 
 
 def _has_extra(path: Path, extra: str) -> bool:

@@ -161,7 +161,7 @@ def _print_component(c: dict) -> None:
     if c["options"].get("requirements"):
         python = c["options"].get("python")
         print(f"own Python environment: {' '.join(c['options']['requirements'])}"
-              + (f" (Python {python})" if python else "") + "; its env managers run in it (docs/authoring.md)")
+              + (f" (Python {python})" if python else "") + "; its env managers run in it (docs/guides/env-python.md)")
     if "error" in c:
         print(f"(cannot import: {c['error']})")
         return

@@ -20,8 +20,8 @@ the machine and to the run:
 
 A joined cluster is used as it is: on a shared cluster, start it with token authentication
 (``RAY_AUTH_MODE=token``, ``ray get-auth-token --generate``) and give roll the token through
-``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` (see the README). Its workers' priority is the
-cluster's: ``RAY_worker_niceness=0 ray start ...`` on each node gives them the raylet's.
+``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` (see docs/guides/guarantees.md). Its workers' priority is
+the cluster's: ``RAY_worker_niceness=0 ray start ...`` on each node gives them the raylet's.
 
 :func:`worker_error` turns an error raised inside a Ray worker into the one-paragraph message the
 CLI prints: Ray wraps it in a ``RayTaskError`` (or, when an actor's constructor raised, an

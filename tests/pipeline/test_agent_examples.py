@@ -56,9 +56,9 @@ def test_agent_example_trains(ray_session, tmp_path, example, tag, turns, estima
     assert f"best model (validation success {summary.group(1)} at step {summary.group(2)}): {best_dir}" in out
 
 
-def test_the_readme_agent_trains_as_written(tmp_path):
-    """README, "Training your own agent code": its module, its YAML and its command, one step."""
-    section = (ROOT / "README.md").read_text().split("## Training your own agent code", 1)[1]
+def test_the_first_agent_page_trains_as_written(tmp_path):
+    """docs/getting-started/first-agent.md: its module, its YAML and its command, one step."""
+    section = (ROOT / "docs" / "getting-started" / "first-agent.md").read_text()
     (module, config, command), *_ = [re.findall(r"```\w+\n(.*?)```", section, re.S)]
     (tmp_path / "my_agent.py").write_text(module)
     (tmp_path / "my_agent.yaml").write_text(config)
