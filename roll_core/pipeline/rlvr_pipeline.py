@@ -23,6 +23,18 @@ from roll_core.errors import ConfigError
 from roll_core.pipeline.base import TrainingLoop
 
 
+def rlvr_sampling(config: Any, mode: str) -> Any:
+    """The sampling of RLVR training (``actor_infer.generating_args``) or validation
+    (``validation.generating_args`` when there is a validation section; greedy with ``val_greedy``),
+    through the converter every path shares."""
+    from roll_core.strategies.generating_args import sampling_from_generating_args
+
+    if mode == "train":
+        return sampling_from_generating_args(config.actor_infer.generating_args)
+    args = config.validation.generating_args if config.validation is not None else config.actor_infer.generating_args
+    return sampling_from_generating_args(args, greedy=config.val_greedy)
+
+
 class RLVRPipeline(TrainingLoop):
     """See the module docstring."""
 
@@ -57,7 +69,6 @@ class RLVRPipeline(TrainingLoop):
         from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
         from roll_core.rollout.rlvr.rlvr_rollout import RLVRRollout
         from roll_core.run import model_path
-        from roll_core.strategies.sampling import sampling_from_generating_args
 
         c = self.config
         data_args = c.actor_train.data_args
@@ -75,7 +86,7 @@ class RLVRPipeline(TrainingLoop):
         self.generation = self.start_generation()
         self.train_rollout = RLVRRollout(
             scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
-            sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
+            sampling=rlvr_sampling(c, "train"), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
             async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
             timeout_s=float(c.rpc_timeout))
@@ -94,16 +105,6 @@ class RLVRPipeline(TrainingLoop):
             return val_args.file_name, val_args
         train_args = c.actor_train.data_args
         return train_args.eval_file_name, train_args
-
-    def validation_sampling(self):
-        from dataclasses import replace
-
-        from roll_core.strategies.sampling import sampling_from_generating_args
-
-        c = self.config
-        args = c.validation.generating_args if c.validation is not None else c.actor_infer.generating_args
-        sampling = sampling_from_generating_args(args)
-        return replace(sampling, temperature=0.0) if c.val_greedy else sampling
 
     def warm_start(self) -> tuple[str, dict[str, float]]:
         """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""
@@ -126,7 +127,7 @@ class RLVRPipeline(TrainingLoop):
 
         c = self.config
         with self.paused():  # generation ahead of training waits for validation
-            samples = self.train_rollout.generate(self.val_rows, "val", sampling=self.validation_sampling(),
+            samples = self.train_rollout.generate(self.val_rows, "val", sampling=rlvr_sampling(c, "val"),
                                                   group_size=c.val_n_sample)
         metrics = summary(samples, prefix)
         metrics[f"{prefix}/success"] = metrics[f"{prefix}/accuracy"]
