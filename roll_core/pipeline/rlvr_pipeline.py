@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll_core.errors import ConfigError
 from roll_core.pipeline.base import TrainingLoop
 
 
@@ -33,6 +32,16 @@ def rlvr_sampling(config: Any, mode: str) -> Any:
         return sampling_from_generating_args(config.actor_infer.generating_args)
     args = config.validation.generating_args if config.validation is not None else config.actor_infer.generating_args
     return sampling_from_generating_args(args, greedy=config.val_greedy)
+
+
+def validation_files(config: Any) -> tuple[Any, Any]:
+    """``(files, their data_args)``: ``validation.data_args.file_name``, else
+    ``actor_train.data_args.eval_file_name`` (None: the run does not validate)."""
+    val_args = config.validation.data_args if config.validation is not None else None
+    if val_args is not None and val_args.file_name:
+        return val_args.file_name, val_args
+    train_args = config.actor_train.data_args
+    return (train_args.eval_file_name if train_args is not None else None), train_args
 
 
 class RLVRPipeline(TrainingLoop):
@@ -71,10 +80,7 @@ class RLVRPipeline(TrainingLoop):
         from roll_core.run import model_path
 
         c = self.config
-        data_args = c.actor_train.data_args
-        if data_args is None or not data_args.file_name:
-            raise ConfigError("actor_train.data_args.file_name is not set: the RLVR pipeline trains on prompts "
-                              "from JSON-lines files (one object per line with a prompt or messages column).")
+        data_args = c.actor_train.data_args  # set, and its files exist: checked at resolve (config/run_checks.py)
         tokenizer = rollout_tokenizer(model_path(c, "actor_infer", required=False), seed=c.seed, model_free=False)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         template = c.global_template or data_args.template
@@ -90,21 +96,12 @@ class RLVRPipeline(TrainingLoop):
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
             async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
             timeout_s=float(c.rpc_timeout))
-        val_files, val_args = self.validation_files()
+        val_files, val_args = validation_files(c)
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,
                                     prompt_length=c.val_prompt_length or c.prompt_length,
                                     template=c.global_template or val_args.template)
             self.val_rows = val_rows[: c.val_batch_size] if c.val_batch_size > 0 else val_rows
-
-    def validation_files(self) -> tuple[Any, Any]:
-        """``validation.data_args.file_name``, else ``actor_train.data_args.eval_file_name``."""
-        c = self.config
-        val_args = c.validation.data_args if c.validation is not None else None
-        if val_args is not None and val_args.file_name:
-            return val_args.file_name, val_args
-        train_args = c.actor_train.data_args
-        return train_args.eval_file_name, train_args
 
     def warm_start(self) -> tuple[str, dict[str, float]]:
         """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""
