@@ -1,7 +1,8 @@
 """Every hook in roll_core/hookspecs.py is documented and has a test that calls it through a plugin.
 
-Where a hook is documented: its docstring in ``hookspecs.py`` is the reference (what ``help()``
-and an IDE show a plugin author, next to the code); it must say what ``target`` names and describe
+Where a hook is documented: its docstring in ``hookspecs.py`` is the reference (what ``help()``,
+an IDE and the docs site's ``docs/reference/hooks.md``, rendered from it, show a plugin author,
+next to the code); it must say what ``target`` names and describe
 every registration option of its kind (``registry.KIND_OPTIONS``, the options roll checks).
 ``docs/architecture.md`` lists every hook and every option in its two tables, and ``docs/authoring.md`` is the
 tutorial, which walks through the kinds most plugins provide rather than every hook.
