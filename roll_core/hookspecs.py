@@ -116,7 +116,9 @@ def roll_register_policy_losses(register):
 def roll_register_strategies(register):
     """Register training and inference backends, selected by ``strategy_args.strategy_name``.
 
-    Options:
+    ``target`` names a subclass of the contract of its ``role`` in :mod:`roll_core.strategies.base`
+    (``TrainStrategy`` or ``InferStrategy``), built by the pipeline with its ``from_worker_config``;
+    :func:`roll_core.testing.check_strategy` checks a plugin against it. Options:
 
     ``role``
         ``"train"`` or ``"infer"`` (required): a train strategy computes log-probs, trains and
@@ -138,7 +140,8 @@ def roll_register_rewards(register):
     """Register RLVR reward functions, chosen per data ``domain`` in the config.
 
     ``target`` names a callable ``reward(prompt, response, reference, **kwargs) -> float``
-    (see :mod:`roll_core.rewards`).
+    (see :mod:`roll_core.rewards`); a score > 0 counts as correct. No options;
+    :func:`roll_core.testing.check_reward` checks a reward against the contract.
     """
 
 

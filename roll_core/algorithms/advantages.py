@@ -201,7 +201,9 @@ def gigpo_step_advantages(data: Data, config: Any) -> Tensor:
     """Step level: g normalised inside anchor-state groups keyed by (traj_group_id, state_hash).
 
     The norm types are the explicit ``reward_normalization.norm_*_type`` when set (roll's fix;
-    ROLL read only ``method``), else derived from ``method`` at group level.
+    ROLL read only ``method``), else derived from ``method`` at group level. A state seen once
+    gets 0 whenever a std type is set, also ``norm_std_type: batch`` (the agentic rule, §2.2, as
+    at the episode level): one visit says nothing about how good its action was.
     """
     rn = hp(config, "reward_normalization")
     types = resolve_norm_types("group", rn.method, rn.norm_mean_type, rn.norm_std_type)
@@ -213,7 +215,7 @@ def gigpo_step_advantages(data: Data, config: Any) -> Tensor:
         )
     )
     g = step_returns(data, config)
-    return normalize(g, group_ids(keys, g.device), *types)
+    return normalize(g, group_ids(keys, g.device), *types, zero_singleton_groups=True)
 
 
 def gigpo_response_rewards(data: Data, config: Any, pipeline: str) -> Tensor:

@@ -51,7 +51,8 @@ class RunSettings(RollModel):
         default_factory=dict, description="Settings of the tracker: SummaryWriter's (log_dir, flush_secs, ...) "
         "or wandb.init's (project, entity, name, tags, mode, ...)."
     )
-    max_steps: int = Field(500, description="Pipeline steps; -1: no limit.")
+    max_steps: int = Field(500, description="Pipeline steps (ROLL's -1, no limit, is refused: roll's pipelines "
+                           "run a set number of steps).")
     save_steps: int = Field(50, ge=0, description="Checkpoint every N steps (0: never).")
     logging_steps: int = Field(1, ge=1)
     eval_steps: int = Field(10, ge=0, description="Validate every N steps (0: never).")
@@ -176,8 +177,12 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
             problems.append(
                 "set sequence_length (or prompt_length and response_length): it bounds every sample's length"
             )
-        if self.max_steps == 0 or self.max_steps < -1:
-            problems.append(f"max_steps must be positive or -1 (no limit), got {self.max_steps}")
+        if self.max_steps == -1:
+            problems.append("max_steps is -1 (no limit), which roll's pipelines do not support: they run a set "
+                            "number of steps (the learning-rate schedule and the checkpoints count on it); set "
+                            "max_steps to a positive number")
+        elif self.max_steps < 1:
+            problems.append(f"max_steps must be a positive number of pipeline steps, got {self.max_steps}")
         if self.add_token_level_kl and not self.runs_reference:
             problems.append("add_token_level_kl puts the KL to the reference model into the rewards, but no reference "
                             "model runs (init_kl_coef is 0, use_kl_loss and enable_reference are off); set "

@@ -125,10 +125,15 @@ class _Resolver:
             self.agentic(c)
         elif isinstance(c, RLVRConfig):
             self.rlvr(c)
-        return Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
-                   envs=self.envs, agents=self.agents, rewards=self.rewards, plugins=self.plugin_versions(),
-                   components=self.components, warnings=tuple(self.warnings),
-                   reference_from_actor=reference_from_actor)
+        run = Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
+                  envs=self.envs, agents=self.agents, rewards=self.rewards, plugins=self.plugin_versions(),
+                  components=self.components, warnings=tuple(self.warnings),
+                  reference_from_actor=reference_from_actor)
+        if self.roles is None:  # a training run: what would otherwise fail only after Ray has started
+            from roll_core.config.run_checks import check_training_run
+
+            check_training_run(run)
+        return run
 
     # -- helpers ------------------------------------------------------------------------------
     def lookup(self, kind: str, name: str, path: str) -> Registration:

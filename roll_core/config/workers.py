@@ -66,6 +66,15 @@ class ModelArgs(RollModel):
 LR_SCHEDULER_TYPES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                       "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                       "warmup_stable_decay", "greedy")
+#: schedulers that step on a metric (transformers' ``ReduceLROnPlateau``, ``GreedyLR``): roll steps without one
+METRIC_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
+#: schedulers that need one of these ``lr_scheduler_kwargs`` (transformers raises in the train worker
+#: otherwise, after Ray has started); a test keeps the table in step with transformers
+SCHEDULER_KWARGS: dict[str, tuple[str, ...]] = {
+    "cosine_with_min_lr": ("min_lr", "min_lr_rate"),
+    "cosine_warmup_with_min_lr": ("min_lr", "min_lr_rate"),
+    "warmup_stable_decay": ("num_decay_steps",),
+}
 
 
 class TrainingArgs(RollModel):
@@ -91,7 +100,18 @@ class TrainingArgs(RollModel):
         if value not in LR_SCHEDULER_TYPES:  # checked here, not only when a train worker builds its optimiser
             raise ValueError(f"unknown scheduler {value!r}.{did_you_mean(value, LR_SCHEDULER_TYPES)} "
                              f"Choose one of {', '.join(LR_SCHEDULER_TYPES)}")
+        if value in METRIC_SCHEDULERS:
+            raise ValueError(f"{value} steps on a validation metric, but roll steps the schedule once per optimiser "
+                             "step without one; choose another schedule (e.g. cosine or constant_with_warmup)")
         return value
+
+    @model_validator(mode="after")
+    def _scheduler_kwargs_given(self):
+        needed = SCHEDULER_KWARGS.get(self.lr_scheduler_type)
+        if needed and not set(needed) & set(self.lr_scheduler_kwargs):
+            raise ValueError(f"lr_scheduler_type {self.lr_scheduler_type} needs {' or '.join(needed)} in "
+                             f"lr_scheduler_kwargs (e.g. lr_scheduler_kwargs: {{{needed[0]}: ...}})")
+        return self
 
     warmup_steps: int | float = Field(0, ge=0)
     warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)

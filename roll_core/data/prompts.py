@@ -67,11 +67,12 @@ TEMPLATES: dict[str, Callable[[Any, Messages], str]] = {
 }
 
 
-def renderer(template: str | None) -> Callable[[Any, Messages], str]:
+def renderer(template: str | None, key: str = "data_args.template") -> Callable[[Any, Messages], str]:
+    """The renderer ``template`` names (None: ``native``); ``key`` is the config key in the error."""
     name = template or "native"
     if name not in TEMPLATES:
         raise ConfigError(
-            f"data_args.template is {name!r}, which roll does not know (known: {', '.join(TEMPLATES)})."
+            f"{key} is {name!r}, which roll does not know (known: {', '.join(TEMPLATES)})."
             f"{did_you_mean(name, TEMPLATES)} `native` renders with the model tokenizer's chat template."
         )
     return TEMPLATES[name]

@@ -94,9 +94,7 @@ class TrainingLoop:
         self.estimator = run.estimator.load()
         self.needs_critic = run.needs_critic
         self.use_reference = run.uses_reference
-        self.max_steps = int(config.max_steps)
-        if self.max_steps < 0:
-            raise ConfigError(f"max_steps: -1 (no limit) is not supported by the {self.NAME} pipeline; set a number.")
+        self.max_steps = int(config.max_steps)  # >= 1: validation refuses ROLL's -1 (no limit)
         self.step = 0
         self.kl_ctrl = kl_controller_from_config(config)
         self.stream = stream

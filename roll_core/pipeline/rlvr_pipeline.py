@@ -19,8 +19,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll_core.errors import ConfigError
 from roll_core.pipeline.base import TrainingLoop
+
+
+def rlvr_sampling(config: Any, mode: str) -> Any:
+    """The sampling of RLVR training (``actor_infer.generating_args``) or validation
+    (``validation.generating_args`` when there is a validation section; greedy with ``val_greedy``),
+    through the converter every path shares."""
+    from roll_core.strategies.generating_args import sampling_from_generating_args
+
+    if mode == "train":
+        return sampling_from_generating_args(config.actor_infer.generating_args)
+    args = config.validation.generating_args if config.validation is not None else config.actor_infer.generating_args
+    return sampling_from_generating_args(args, greedy=config.val_greedy)
+
+
+def validation_files(config: Any) -> tuple[Any, Any]:
+    """``(files, their data_args)``: ``validation.data_args.file_name``, else
+    ``actor_train.data_args.eval_file_name`` (None: the run does not validate)."""
+    val_args = config.validation.data_args if config.validation is not None else None
+    if val_args is not None and val_args.file_name:
+        return val_args.file_name, val_args
+    train_args = config.actor_train.data_args
+    return (train_args.eval_file_name if train_args is not None else None), train_args
 
 
 class RLVRPipeline(TrainingLoop):
@@ -57,13 +78,9 @@ class RLVRPipeline(TrainingLoop):
         from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
         from roll_core.rollout.rlvr.rlvr_rollout import RLVRRollout
         from roll_core.run import model_path
-        from roll_core.strategies.sampling import sampling_from_generating_args
 
         c = self.config
-        data_args = c.actor_train.data_args
-        if data_args is None or not data_args.file_name:
-            raise ConfigError("actor_train.data_args.file_name is not set: the RLVR pipeline trains on prompts "
-                              "from JSON-lines files (one object per line with a prompt or messages column).")
+        data_args = c.actor_train.data_args  # set, and its files exist: checked at resolve (config/run_checks.py)
         tokenizer = rollout_tokenizer(model_path(c, "actor_infer", required=False), seed=c.seed, model_free=False)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         template = c.global_template or data_args.template
@@ -75,35 +92,16 @@ class RLVRPipeline(TrainingLoop):
         self.generation = self.start_generation()
         self.train_rollout = RLVRRollout(
             scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
-            sampling=sampling_from_generating_args(c.actor_infer.generating_args), sampler=sampler,
+            sampling=rlvr_sampling(c, "train"), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
             async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
             timeout_s=float(c.rpc_timeout))
-        val_files, val_args = self.validation_files()
+        val_files, val_args = validation_files(c)
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,
                                     prompt_length=c.val_prompt_length or c.prompt_length,
                                     template=c.global_template or val_args.template)
             self.val_rows = val_rows[: c.val_batch_size] if c.val_batch_size > 0 else val_rows
-
-    def validation_files(self) -> tuple[Any, Any]:
-        """``validation.data_args.file_name``, else ``actor_train.data_args.eval_file_name``."""
-        c = self.config
-        val_args = c.validation.data_args if c.validation is not None else None
-        if val_args is not None and val_args.file_name:
-            return val_args.file_name, val_args
-        train_args = c.actor_train.data_args
-        return train_args.eval_file_name, train_args
-
-    def validation_sampling(self):
-        from dataclasses import replace
-
-        from roll_core.strategies.sampling import sampling_from_generating_args
-
-        c = self.config
-        args = c.validation.generating_args if c.validation is not None else c.actor_infer.generating_args
-        sampling = sampling_from_generating_args(args)
-        return replace(sampling, temperature=0.0) if c.val_greedy else sampling
 
     def warm_start(self) -> tuple[str, dict[str, float]]:
         """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""
@@ -126,7 +124,7 @@ class RLVRPipeline(TrainingLoop):
 
         c = self.config
         with self.paused():  # generation ahead of training waits for validation
-            samples = self.train_rollout.generate(self.val_rows, "val", sampling=self.validation_sampling(),
+            samples = self.train_rollout.generate(self.val_rows, "val", sampling=rlvr_sampling(c, "val"),
                                                   group_size=c.val_n_sample)
         metrics = summary(samples, prefix)
         metrics[f"{prefix}/success"] = metrics[f"{prefix}/accuracy"]

@@ -36,6 +36,7 @@ from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.attention import register_grouped_sdpa
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
+from roll_core.strategies.generating_args import sampling_from_generating_args
 from roll_core.strategies.hf_common import (
     apply_strategy_config,
     cfg_get,
@@ -46,7 +47,7 @@ from roll_core.strategies.hf_common import (
     set_num_threads,
     torch_dtype,
 )
-from roll_core.strategies.sampling import sample_next, sampling_from_generating_args
+from roll_core.strategies.sampling import sample_next
 
 #: compact the batch once this fraction of its rows has finished
 COMPACT_FRACTION = 0.25

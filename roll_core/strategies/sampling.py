@@ -19,22 +19,12 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from roll_core.errors import ConfigError
 from roll_core.strategies.base import SamplingParams
 
 logger = logging.getLogger(__name__)
-
-#: ``generating_args`` fields with the one value roll supports (the schema declares them ``fixed``,
-#: tests/strategies/test_settings.py checks that both agree; duck-typed args skip the schema, so
-#: the converter checks them here, without importing the config schema)
-FIXED_GENERATING_ARGS: dict[str, Any] = {"num_beams": 1, "repetition_penalty": 1.0, "length_penalty": 1.0}
-FIXED_WHY = ("roll samples token by token and trains on the sampled tokens' log-probs, so beam search and "
-             "repetition penalties (the sampled tokens' log-probs would differ from the policy's) are not "
-             "supported.")
 
 #: candidates gathered by ``topk`` before a top-p-only row falls back to a full sort
 NUCLEUS_CANDIDATES = 256
@@ -154,27 +144,3 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         last = torch.where(weights[over] > 0, positions, 0).amax(dim=-1)
         pick[over] = last
     return pick
-
-
-def sampling_from_generating_args(generating_args: Any, **overrides: Any) -> SamplingParams:
-    """ROLL ``generating_args`` (read duck-typed; missing fields keep the defaults) -> params.
-
-    ``do_sample: false`` means greedy (temperature 0), as in ROLL / Hugging Face.
-    """
-    from roll_core.strategies.hf_common import cfg_get
-
-    defaults = SamplingParams()
-    fields = {
-        "max_new_tokens": int(cfg_get(generating_args, "max_new_tokens", defaults.max_new_tokens)),
-        "temperature": float(cfg_get(generating_args, "temperature", defaults.temperature)),
-        "top_p": float(cfg_get(generating_args, "top_p", defaults.top_p)),
-        "top_k": int(cfg_get(generating_args, "top_k", defaults.top_k)),
-        "stop_strings": tuple(cfg_get(generating_args, "stop_strings", ()) or ()),
-        "stop_token_ids": tuple(cfg_get(generating_args, "stop_token_ids", ()) or ()),
-    }
-    if cfg_get(generating_args, "do_sample", True) is False:
-        fields["temperature"] = 0.0
-    for name, value in FIXED_GENERATING_ARGS.items():  # duck-typed args skip the schema: check here too
-        if cfg_get(generating_args, name, value) != value:
-            raise ConfigError(f"generating_args.{name}: only {value} is supported. {FIXED_WHY}")
-    return SamplingParams(**{**fields, **overrides})

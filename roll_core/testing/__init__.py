@@ -1,15 +1,18 @@
-"""Helpers for plugin authors: :func:`check_env`, :func:`smoke_rollout`, :func:`check_strategy`, and
-:class:`FaultyEnv` (an env that raises, hangs or returns garbage in a configurable share of its calls).
+"""Helpers for plugin authors: :func:`check_env`, :func:`smoke_rollout`, :func:`check_strategy`,
+:func:`check_reward`, and :class:`FaultyEnv` (an env that raises, hangs or returns garbage in a
+configurable share of its calls).
 
 Also a pytest plugin (:mod:`roll_core.testing.pytest_plugin`, auto-loaded through the ``pytest11``
-entry point) with the fixtures ``roll_check_env``, ``roll_smoke_rollout`` and ``roll_registry``.
+entry point) with the fixtures ``roll_check_env``, ``roll_check_strategy``, ``roll_check_reward``,
+``roll_smoke_rollout`` and ``roll_registry``.
 """
 
 from roll_core.testing.env_checks import EnvCheckError, EnvCheckReport, check_env, record_trajectory
 from roll_core.testing.faults import FaultConfig, FaultyEnv, InjectedFault
+from roll_core.testing.reward_checks import RewardCheckError, RewardCheckReport, check_reward
 from roll_core.testing.rollout import RolloutStats, smoke_rollout
 from roll_core.testing.strategy_checks import StrategyCheckError, StrategyCheckReport, check_strategy
 
-__all__ = ["EnvCheckError", "EnvCheckReport", "FaultConfig", "FaultyEnv", "InjectedFault", "RolloutStats",
-           "StrategyCheckError", "StrategyCheckReport", "check_env", "check_strategy", "record_trajectory",
-           "smoke_rollout"]
+__all__ = ["EnvCheckError", "EnvCheckReport", "FaultConfig", "FaultyEnv", "InjectedFault", "RewardCheckError",
+           "RewardCheckReport", "RolloutStats", "StrategyCheckError", "StrategyCheckReport", "check_env",
+           "check_reward", "check_strategy", "record_trajectory", "smoke_rollout"]

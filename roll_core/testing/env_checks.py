@@ -75,6 +75,16 @@ class CheckReport:
         return "\n".join(lines)
 
 
+def check_import_light(module: str) -> None:
+    """Importing ``module`` (a plugin's entry module) in a fresh process imports none of :data:`HEAVY_MODULES`."""
+    code = (f"import sys, importlib; importlib.import_module({module!r}); "
+            f"print(','.join(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"importing {module} failed: {out.stderr.strip().splitlines()[-1:]}"
+    heavy = out.stdout.strip()
+    assert not heavy, f"importing {module} imported {heavy}; import heavy libraries only where the component is"
+
+
 class EnvCheckReport(CheckReport):
     """What :func:`check_env` found."""
 

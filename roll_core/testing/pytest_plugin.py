@@ -26,6 +26,14 @@ def roll_check_strategy():
 
 
 @pytest.fixture
+def roll_check_reward():
+    """:func:`roll_core.testing.check_reward`: ``roll_check_reward("my_reward")`` raises on any contract break."""
+    from roll_core.testing import check_reward
+
+    return check_reward
+
+
+@pytest.fixture
 def roll_smoke_rollout():
     """:func:`roll_core.testing.smoke_rollout`: play random or scripted episodes, get stats."""
     from roll_core.testing import smoke_rollout

@@ -20,7 +20,6 @@ plugins (:mod:`roll_core.strategies.base`). Every check runs, then one
 from __future__ import annotations
 
 import inspect
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -28,7 +27,7 @@ from typing import Any
 
 from roll_core.errors import PluginError
 from roll_core.registry import Registration, Registry
-from roll_core.testing.env_checks import HEAVY_MODULES, CheckReport
+from roll_core.testing.env_checks import CheckReport, check_import_light
 
 
 class StrategyCheckError(AssertionError):
@@ -66,7 +65,7 @@ def check_strategy(name: str, *, missing: Sequence[str] = (), build: bool = True
     checks: list[tuple[str, Callable[[], Any]]] = [("registration", lambda: _check_registration(reg))]
     info = manager.get_plugin(reg.plugin) if manager is not None else None
     if info is not None:
-        checks.append(("entry module stays import-light", lambda: _check_light(info.module)))
+        checks.append(("entry module stays import-light", lambda: check_import_light(info.module)))
     for module in missing:
         checks.append((f"install hint without {module}", lambda m=module: _check_install_hint(reg, m)))
     checks.append(("contract of its role", lambda: _check_contract(reg)))
@@ -94,15 +93,6 @@ def _check_registration(reg: Registration) -> None:
     role = reg.options.get("role")
     assert role in ROLE_CONTRACTS, f"role option is {role!r}; expected one of {sorted(ROLE_CONTRACTS)}"
     assert role == "train" or "critic" not in reg.options, "only a train strategy can offer a critic"
-
-
-def _check_light(module: str) -> None:
-    code = (f"import sys, importlib; importlib.import_module({module!r}); "
-            f"print(','.join(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, f"importing {module} failed: {out.stderr.strip().splitlines()[-1:]}"
-    heavy = out.stdout.strip()
-    assert not heavy, f"importing {module} imported {heavy}; import heavy libraries only in the strategy's module"
 
 
 def _check_install_hint(reg: Registration, module: str) -> None:

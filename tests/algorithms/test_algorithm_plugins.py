@@ -1,4 +1,4 @@
-"""Built-in estimators and losses are plugins; a third-party plugin can add an estimator."""
+"""Built-in estimators and losses are plugins; a third-party plugin can add an estimator or a loss."""
 
 from __future__ import annotations
 
@@ -109,6 +109,44 @@ def test_third_party_plugin_registers_an_estimator_selected_from_yaml(tmp_path, 
     assert metrics["plugin/rows"] == 2.0
     # the built-ins are untouched and still selectable next to it
     assert "grpo" in manager.registry.names("advantage_estimator")
+
+
+LOSS_PLUGIN = '''
+"""A throwaway third-party plugin: the plain policy gradient, -A log p (no ratio, no clipping)."""
+from roll_core.hookspecs import hookimpl
+
+
+@hookimpl
+def roll_register_policy_losses(register):
+    register("plain_pg", "{module}:plain_pg", description="-advantage * log-prob")
+
+
+def plain_pg(log_probs, old_log_probs, advantages, config, *, ratio=None, scores=None, **_):
+    return -advantages * log_probs
+'''
+
+
+def test_third_party_plugin_registers_a_policy_loss_selected_from_yaml(tmp_path, monkeypatch, make_config):
+    """log p = [[-0.5, -1, -2]], A = [[1, -1, 3]], every token trained: token-mean of -A log p =
+    (0.5 - 1 + 6) / 3 = 1.833333; the gradient on each log p is -A / 3."""
+    from roll_core.algorithms.aggregation import Normalisers
+    from roll_core.algorithms.objective import policy_loss
+
+    module = "roll_thirdparty_loss_plugin"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(LOSS_PLUGIN.format(module=module)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    manager = PluginManager(autoload=False, extra_modules=[module])
+    config = make_config(pg_variant="plain_pg", loss_agg_mode="token-mean")
+    variant = manager.registry.get("policy_loss", config.actor_train.pg_variant).load()  # what resolve binds
+    log_probs = torch.tensor([[-0.5, -1.0, -2.0]], requires_grad=True)
+    data = {"old_log_probs": torch.tensor([[-0.4, -1.0, -2.5]]), "advantages": torch.tensor([[1.0, -1.0, 3.0]]),
+            "response_mask": torch.tensor([[0, 1, 1, 1]])}
+    mask = data["response_mask"][:, 1:].float()
+    loss, metrics = policy_loss(data, log_probs, config, loss_variant=variant,
+                                normalisers=Normalisers.from_mask(mask, seq_len=3))
+    assert float(loss.detach()) == pytest.approx(5.5 / 3) and metrics["actor/pg_loss"] == pytest.approx(5.5 / 3)
+    loss.backward()
+    torch.testing.assert_close(log_probs.grad, torch.tensor([[-1.0, 1.0, -3.0]]) / 3)
 
 
 def test_plugin_loss_reads_config_like_builtins():

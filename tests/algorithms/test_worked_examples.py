@@ -288,6 +288,16 @@ def test_e11_step_level(make_config):
     close(gigpo_step_advantages(e11_batch(), e11_config(make_config)), [0.475, 0.5, -0.475, 0, -0.5])
 
 
+def test_e11_step_level_under_batch_std_zeroes_a_state_seen_once(make_config):
+    """``norm_mean_type: batch, norm_std_type: batch``: g = [0.95, 1, 0, 0, 0], batch mean 0.39,
+    unbiased batch std sqrt(1.142 / 4) = 0.534322, so (g - 0.39) / 0.534322 =
+    [1.048057, 1.141634, -0.729897, -0.729897, -0.729897]; s2 (row 3) is seen once: 0, the
+    group-of-one rule of the episode level (E14)."""
+    config = make_config(adv_estimator="gigpo", step_reward_gamma=0.95, reward_normalization=dict(
+        grouping="traj_group_id", norm_mean_type="batch", norm_std_type="batch"))
+    close(gigpo_step_advantages(e11_batch(), config), [1.048057, 1.141634, -0.729897, 0, -0.729897])
+
+
 def test_e11_combined_reward_row_weighted(make_config):
     """r = A_E + A_S with ROLL's row-weighted A_E gives the §9 values."""
     a_e = agentic_reward_norm(t(1, 1, 0, 0, 0), [0] * 5, "group", None)

@@ -8,6 +8,16 @@ key or dotted path in a string (``cfg_get(worker, "model_args.field")``) somewhe
 a plugin, outside the schema modules themselves; docstrings, comments and f-string text do not
 count. A name shared with another field can hide an unread one, so a new field also needs a test
 showing its effect.
+
+Read on one pipeline's path and not on the other's: a name-based check cannot see that (the name
+``do_sample`` was read, by the converter ``hf_infer`` used, while the agentic rollout built its
+sampling without it), because both pipelines share most modules and read the config in Ray
+actors. So where the two pipelines build settings from one shared section through their own code,
+the check is by effect: every field of ``actor_infer.generating_args`` must change the sampling
+each pipeline's rollout builds from a config, or be listed in :data:`NOT_SAMPLING` with the reason
+(``test_every_generating_args_field_reaches_both_pipelines_sampling``). The rest of the shared
+sections (``actor_train``, the algorithm, ``critic``, ``reference``) are read by the one training
+loop both pipelines run, so the name-based check covers them.
 """
 
 from __future__ import annotations
@@ -148,3 +158,77 @@ def test_seed_configs_name_only_what_roll_ignores(fixtures):
     config = load_config(fixtures / "roll_layout/qwen2.5-0.5B-agentic/agent_val_sokoban.yaml")
     fields = {line.split(" (")[0] for line in compat_warnings(config)}
     assert fields == {"custom_envs.SimpleSokoban.env_manager_cls", "custom_envs.FrozenLake.env_manager_cls"}
+
+
+# -- read on one pipeline's path and not on the other's ------------------------------------------
+def agentic_sampling(config, mode):
+    from roll_core.rollout.engine.spec_from_run import sampling_from_config
+
+    return sampling_from_config(config, mode)
+
+
+def rlvr_sampling(config, mode):
+    from roll_core.pipeline.rlvr_pipeline import rlvr_sampling
+
+    return rlvr_sampling(config, mode)
+
+
+#: pipeline -> (a minimal config of it, the code that builds its rollout's sampling from a config)
+SAMPLING_BUILDERS = {
+    "agentic": ({"sequence_length": 256, "train_env_manager": {"tags": ["FrozenLake"]}}, agentic_sampling),
+    "rlvr": ({"pipeline_type": "rlvr", "sequence_length": 256, "prompt_length": 128}, rlvr_sampling),
+}
+#: generating_args fields that are no sampling setting, and where each pipeline reads them instead
+NOT_SAMPLING = {
+    "num_return_sequences": "responses per prompt: RLVR sets it from num_return_sequences_in_group at resolve; "
+                            "agentic groups come from train_env_manager.group_size (a warning says so)",
+}
+
+
+def changed(name, field):
+    """A valid value of ``field`` other than its default."""
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, float):
+        return default / 2
+    if isinstance(default, int):
+        return default + 1
+    if default is None and "list" in str(field.annotation):
+        return ["</stop>"]
+    raise AssertionError(f"generating_args.{name}: teach changed() a value of {field.annotation}")
+
+
+def unread_generating_args(base, build) -> list[str]:
+    """The sampling fields of ``generating_args`` that do not change what ``build(config, "train")`` returns."""
+    from roll_core.config.workers import GeneratingArgs
+
+    default = build(validate_config(base), "train")
+    unread = []
+    for name, field in GeneratingArgs.model_fields.items():
+        if is_compat(field) or is_fixed(field) or name in NOT_SAMPLING:
+            continue
+        config = validate_config({**base, "actor_infer": {"generating_args": {name: changed(name, field)}}})
+        if build(config, "train") == default:
+            unread.append(name)
+    return unread
+
+
+@pytest.mark.parametrize("pipeline", SAMPLING_BUILDERS)
+def test_every_generating_args_field_reaches_both_pipelines_sampling(pipeline):
+    base, build = SAMPLING_BUILDERS[pipeline]
+    unread = unread_generating_args(base, build)
+    assert not unread, (f"actor_infer.generating_args fields the {pipeline} rollout's sampling ignores: {unread}; "
+                        "build it with roll_core.strategies.generating_args.sampling_from_generating_args")
+
+
+def test_the_per_pipeline_check_catches_a_builder_that_ignores_a_field():
+    """The agentic builder as it was before the shared converter: it never read do_sample."""
+    from roll_core.strategies.base import SamplingParams
+
+    def old_agentic(config, mode):
+        args = config.actor_infer.generating_args
+        return SamplingParams(max_new_tokens=args.max_new_tokens or 128, temperature=args.temperature,
+                              top_p=args.top_p, top_k=max(args.top_k, 0), stop_strings=tuple(args.stop_strings or ()))
+
+    assert unread_generating_args(SAMPLING_BUILDERS["agentic"][0], old_agentic) == ["do_sample"]

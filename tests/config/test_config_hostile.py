@@ -156,6 +156,34 @@ def test_scheduler_names_are_transformers_names():
     assert set(LR_SCHEDULER_TYPES) == {t.value for t in SchedulerType}
 
 
+def test_the_refused_schedulers_are_those_transformers_cannot_build_or_step_so():
+    """METRIC_SCHEDULERS and SCHEDULER_KWARGS (refused at validation) match what transformers does in
+    the train worker: every other schedule builds and steps as roll builds and steps it."""
+    import torch
+    from transformers import get_scheduler
+
+    from roll_core.config.workers import LR_SCHEDULER_TYPES, METRIC_SCHEDULERS, SCHEDULER_KWARGS
+
+    def build_and_step(kind, **kwargs):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        scheduler = get_scheduler(kind, optimizer, num_warmup_steps=1, num_training_steps=10,
+                                  scheduler_specific_kwargs=kwargs)
+        optimizer.step()
+        scheduler.step()  # as hf_train steps it: once per optimiser step, no metric
+
+    for kind in LR_SCHEDULER_TYPES:
+        if kind in METRIC_SCHEDULERS:
+            with pytest.raises(TypeError, match="metrics"):
+                build_and_step(kind)
+        elif kind in SCHEDULER_KWARGS:
+            with pytest.raises((TypeError, ValueError)):
+                build_and_step(kind)
+            for key in SCHEDULER_KWARGS[kind]:
+                build_and_step(kind, **{key: 0.1 if "lr" in key else 2})
+        else:
+            build_and_step(kind)
+
+
 def test_unknown_reward_normalization_grouping_is_a_config_error():
     message = invalid({"reward_normalization": {"grouping": "tags"}})
     assert "reward_normalization.grouping: unknown grouping 'tags'. Did you mean 'tag'" in message

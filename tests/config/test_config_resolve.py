@@ -131,7 +131,8 @@ def test_env_without_config_model_is_a_plugin_error(roll_registry):
         resolve(agentic(custom_envs={"FrozenLake": {"env_type": "broken"}}), registry=roll_registry)
 
 
-def test_rlvr_resolution(fixtures, roll_registry):
+def test_rlvr_resolution(fixtures, roll_registry, monkeypatch):
+    monkeypatch.chdir(fixtures)  # its data_args.file_name is relative, as in ROLL: to where the run starts
     with pytest.raises(ConfigError, match="rewards is empty"):
         resolve(load_config(fixtures / "rlvr_config_async.yaml"), registry=roll_registry)
     config = load_config(fixtures / "rlvr_config_async.yaml", [
@@ -201,7 +202,8 @@ def test_full_kl_is_refused_at_validation():
         agentic(kl_penalty="full")
 
 
-def test_importance_sampling_is_rlvrs_name_of_ratio_type(fixtures, roll_registry):
+def test_importance_sampling_is_rlvrs_name_of_ratio_type(fixtures, roll_registry, monkeypatch):
+    monkeypatch.chdir(fixtures)  # the data file is relative to where the run starts
     path = fixtures / "rlvr_config_async.yaml"
     base = ["+rewards.math_rule.tag_included=[math]"]
     resolved = resolve(load_config(path, [*base, "+importance_sampling=seq"]), registry=roll_registry)

@@ -103,7 +103,7 @@ def test_examples_list_names_each_config_and_the_plugins_it_needs(capsys):
 @pytest.mark.parametrize(("kind", "name", "package", "expected"), [
     ("env", "demo_env", "roll_env_demo_env", 7),
     ("strategy", "demo_infer", "roll_strategy_demo_infer", 6),
-    ("reward", "demo_match", "roll_reward_demo_match", 9),
+    ("reward", "demo_match", "roll_reward_demo_match", 10),
 ])
 def test_a_generated_package_passes_its_own_tests_unchanged(tmp_path, capsys, kind, name, package, expected):
     """The generated tests run against the generated code (found through ROLL_PLUGINS here; the

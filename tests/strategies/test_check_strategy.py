@@ -65,9 +65,9 @@ def test_a_broken_backend_gets_every_problem_listed(tmp_path, monkeypatch, roll_
 
 
 def test_the_import_lightness_check_catches_a_heavy_entry_module(tmp_path, monkeypatch):
-    from roll_core.testing.strategy_checks import _check_light
+    from roll_core.testing.env_checks import check_import_light
 
     (tmp_path / "heavy_entry_mod.py").write_text("import torch\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with pytest.raises(AssertionError, match="imported torch"):
-        _check_light("heavy_entry_mod")
+        check_import_light("heavy_entry_mod")

@@ -165,16 +165,3 @@ def test_inference_engines_take_their_tensor_parallel_size_from_their_gpus():
     assert tensor_parallel_from_devices({"num_gpus_per_worker": 2}, {"tp_size": 2}, "tp_size") == {}
     with pytest.raises(ConfigError, match="tensor_parallel_size is 4, but each worker has num_gpus_per_worker=2"):
         tensor_parallel_from_devices({"num_gpus_per_worker": 2}, {"tensor_parallel_size": 4}, "tensor_parallel_size")
-
-
-def test_the_converters_fixed_fields_are_the_schemas():
-    """strategies/ does not import the config schema, so the converter keeps its own table of fixed
-    ``generating_args``; it must name exactly the fields (and values) the schema declares fixed."""
-    from roll_core.config.base import is_fixed
-    from roll_core.config.workers import GeneratingArgs
-    from roll_core.strategies.sampling import FIXED_GENERATING_ARGS, sampling_from_generating_args
-
-    schema = {name: f.default for name, f in GeneratingArgs.model_fields.items() if is_fixed(f)}
-    assert FIXED_GENERATING_ARGS == schema == {"num_beams": 1, "repetition_penalty": 1.0, "length_penalty": 1.0}
-    with pytest.raises(ConfigError, match=r"generating_args.num_beams: only 1 is supported"):
-        sampling_from_generating_args({"num_beams": 4})

@@ -14,6 +14,7 @@ from roll_core.errors import ConfigError
 from roll_core.rollout.engine.spec import EnvSpec, GatewaySpec, RolloutSpec, partition_groups
 from roll_core.rollout.engine.turn_policies import check_policy
 from roll_core.strategies.base import SamplingParams
+from roll_core.strategies.generating_args import sampling_from_generating_args
 
 if TYPE_CHECKING:
     from roll_core.run import Run
@@ -26,15 +27,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
 
 
 def sampling_from_config(config: Any, mode: str) -> SamplingParams:
-    """``actor_infer.generating_args`` as :class:`SamplingParams`; validation samples greedily."""
-    args = config.actor_infer.generating_args
-    return SamplingParams(
-        max_new_tokens=args.max_new_tokens or 128,
-        temperature=0.0 if mode == "val" else args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k if args.top_k and args.top_k > 0 else 0,
-        stop_strings=tuple(args.stop_strings or ()),
-    )
+    """``actor_infer.generating_args`` as :class:`SamplingParams` (the shared converter); validation is greedy."""
+    return sampling_from_generating_args(config.actor_infer.generating_args, greedy=mode == "val")
 
 
 def env_specs(run: Run, tags: list[str]) -> dict[str, EnvSpec]:

@@ -41,8 +41,9 @@ from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
 from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
+from roll_core.strategies.generating_args import sampling_from_generating_args
 from roll_core.strategies.hf_common import DTYPES, cfg_get, tensor_parallel_from_devices
-from roll_core.strategies.sampling import sampling_from_generating_args
+from roll_strategy_sglang.sampling import sglang_sampling_params
 
 #: SGLang finish types -> roll's
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -240,16 +241,5 @@ class SGLangInferStrategy(InferStrategy):
         return GenerationOutput(rid, token_ids, logprobs, FINISH_REASONS.get(finish, "abort"), version)  # type: ignore[arg-type]
 
     def _sampling_params(self, params: SamplingParams) -> dict[str, Any]:
-        sampling: dict[str, Any] = {
-            "max_new_tokens": int(params.max_new_tokens),
-            "temperature": 0.0 if params.greedy else float(params.temperature),
-            "top_p": float(params.top_p),
-            "top_k": int(params.top_k) if params.top_k and params.top_k > 0 else -1,
-            "stop_token_ids": sorted(set(params.stop_token_ids) | set(self.extra_stop_token_ids)) or None,
-            "stop": list(params.stop_strings) or None,
-            "no_stop_trim": True,
-        }
-        if params.seed is not None:
-            sampling["sampling_seed"] = int(params.seed)
-        return sampling
+        return sglang_sampling_params(params, self.extra_stop_token_ids)
 

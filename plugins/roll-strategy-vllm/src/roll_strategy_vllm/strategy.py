@@ -59,8 +59,9 @@ from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
 from roll_core.strategies.concurrency import AbortTracker, BackgroundLoop, WeightGate, shutdown_at_exit
+from roll_core.strategies.generating_args import sampling_from_generating_args
 from roll_core.strategies.hf_common import cfg_get, tensor_parallel_from_devices, torch_dtype
-from roll_core.strategies.sampling import sampling_from_generating_args
+from roll_strategy_vllm.sampling import vllm_sampling_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -344,17 +345,7 @@ class VLLMInferStrategy(InferStrategy):
     def _sampling_params(self, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VLLMSamplingParams
 
-        return VLLMSamplingParams(
-            max_tokens=int(params.max_new_tokens),
-            temperature=0.0 if params.greedy else float(params.temperature),
-            top_p=float(params.top_p),
-            top_k=int(params.top_k) if params.top_k and params.top_k > 0 else 0,
-            seed=params.seed,
-            stop=list(params.stop_strings) or None,
-            stop_token_ids=sorted(set(params.stop_token_ids) | set(self.extra_stop_token_ids)) or None,
-            logprobs=0,
-            detokenize=bool(params.stop_strings),
-        )
+        return VLLMSamplingParams(**vllm_sampling_kwargs(params, self.extra_stop_token_ids))
 
 
 @contextlib.contextmanager

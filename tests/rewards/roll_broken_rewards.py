@@ -1,0 +1,79 @@
+"""A plugin of reward functions, each breaking one rule of roll's reward contract, for check_reward's tests.
+
+Importable by name (tests/rewards is put on sys.path and PYTHONPATH by the tests), so that the
+cross-process check can import the targets too.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+
+from roll_core import hookimpl
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_seen: dict[str, int] = {}
+
+
+def _answer(response: str) -> str:
+    found = ANSWER.findall(response)
+    return (found[-1] if found else response).strip()
+
+
+def exact(prompt, response, reference, **_):
+    """Honours the contract: 1 when the last answer equals the reference."""
+    return 1.0 if reference is not None and _answer(response) == reference else 0.0
+
+
+def raises_on_empty(prompt, response, reference, **_):
+    return 1.0 if _answer(response)[0] == reference[0] else 0.0  # IndexError on "", TypeError on None
+
+
+def returns_text(prompt, response, reference, **_):
+    return "correct" if _answer(response) == reference else "wrong"
+
+
+def returns_nan(prompt, response, reference, **_):
+    return 1.0 if _answer(response) == reference else float("nan")
+
+
+def coin_flip(prompt, response, reference, **_):
+    return float(random.random() < 0.5)
+
+
+def remembers(prompt, response, reference, **_):
+    """Scores the first answer to a prompt only: state carried from one call to the next."""
+    _seen[prompt] = _seen.get(prompt, 0) + 1
+    return exact(prompt, response, reference) if _seen[prompt] == 1 else 0.0
+
+
+def hash_based(prompt, response, reference, **_):
+    return float(hash(response) % 2)  # stable inside a process, not across hash seeds
+
+
+def two_args(prompt, response):
+    return 0.0
+
+
+def no_options(prompt, response, reference):
+    return exact(prompt, response, reference)
+
+
+def main_thread_only(prompt, response, reference, **_):
+    signal.signal(signal.SIGALRM, lambda *a: None)  # ValueError off the main thread (math-verify's trap)
+    return exact(prompt, response, reference)
+
+
+def lenient(prompt, response, reference, **_):
+    return 1.0  # "correct" for an empty response too
+
+
+BROKEN = ("raises_on_empty", "returns_text", "returns_nan", "coin_flip", "remembers", "hash_based", "two_args",
+          "no_options", "main_thread_only", "lenient")
+
+
+@hookimpl
+def roll_register_rewards(register):
+    for name in ("exact", *BROKEN):
+        register(f"broken_{name}" if name != "exact" else "exact_answer", f"roll_broken_rewards:{name}")
