@@ -7,7 +7,8 @@ no optimizer; only :meth:`compute_log_probs`). The critic lives in
 Decisions, and why:
 
 * **One ``train_step`` = one optimiser step over the whole given batch.** The batch is split into
-  micro-batches of ``per_device_train_batch_size`` rows; each micro-batch's loss is
+  micro-batches (packed: by a token budget; padded: ``per_device_train_batch_size`` rows, or
+  ROLL's dynamic batching); each micro-batch's loss is
   back-propagated as returned by ``loss_fn`` and the gradients add up. ``loss_fn`` scales its
   loss by *global* normalisers (docs/algorithms.md §6.5), so the update does not depend on how the
   batch is split (a test pins this). ``gradient_accumulation_steps`` therefore only defines the
@@ -15,10 +16,15 @@ Decisions, and why:
   ``per_device_train_batch_size * gradient_accumulation_steps``. These numbers, and the optimiser's,
   are one :class:`~roll_core.strategies.settings.OptimizerSettings` shared with the other train
   strategies.
-* **Padding is trimmed per micro-batch.** Rows are right-padded to the batch's longest row; each
-  micro-batch runs at its own longest row (tensors of width ``L`` are cut to ``l`` and
-  label-aligned ones of width ``L-1`` to ``l-1``), which matters on CPU where agentic rows vary a lot
-  in length. Results are padded back with zeros.
+* **Packed by default** (:mod:`roll_core.strategies.packing`): a micro-batch's rows are packed
+  into one sequence (position ids restarting per row, attention kept within each row) under a
+  token budget, and the outputs are scattered back to the padded label-aligned layout, so
+  ``loss_fn`` sees the same ``[b, l-1]`` tensors either way. Packing is used where a check at
+  load time shows the model keeps packed rows apart; ``use_sequence_packing: false`` (``packing=
+  PackingSettings(enabled=False)``) pads instead: rows are right-padded to the batch's longest
+  row and each micro-batch of ``per_device_train_batch_size`` rows runs at its own longest row
+  (tensors of width ``L`` are cut to ``l`` and label-aligned ones of width ``L-1`` to ``l-1``).
+  Results are padded back with zeros.
 * **Log-probs** are label-aligned ``[B, L-1]``, computed as ``z[label] - logsumexp(z)`` in float32
   (``z = logits / logits_temperature``), multiplied by ``response_mask[:, 1:]``.
   :meth:`compute_log_probs` returns ``(log_probs, entropy)``; ``entropy`` is ``None`` unless asked.
@@ -35,8 +41,9 @@ Decisions, and why:
   the base model (adapters disabled), so no reference copy is needed; :meth:`export_weights` sends
   merged weights; checkpoints hold the adapter in peft's format (and the merged model under
   ``merged/`` with ``save_merged``).
-* **The LM head runs on response positions only** in training and log-prob forwards
-  (``logits_to_keep`` from the first response token of the micro-batch on): prompt positions are
+* **The LM head runs on response positions only** in training and log-prob forwards (packed: the
+  positions that predict a response token; padded: ``logits_to_keep`` from the first response
+  token of the micro-batch on): prompt positions are
   masked out of every per-token quantity anyway, and with a 49k vocabulary the head's logits are
   a large share of a small model's step. The kept positions' logits are the same numbers.
 """
