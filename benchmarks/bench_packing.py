@@ -19,7 +19,7 @@ Two batch mixes:
 The machine is shared and noisy, so every repeat measures both sides back to back in this one
 process, alternating which goes first (A/B then B/A), and the figure is the ratio of the pair.
 
-Usage: python benchmarks/bench_packing.py [--repeats 3] [--quick] [--threads 1] [--no-demo]
+Usage: python benchmarks/bench_packing.py [--repeats 3] [--quick] [--threads 1] [--no-demo] [--json F] [--plot P]
 """
 
 from __future__ import annotations
@@ -191,6 +191,12 @@ def main() -> None:
         measure_mix("long-tailed", with_loss_inputs(collate(long_tailed_rows(args))), sides, args, results)
         if not args.no_demo:
             measure_mix("demo", with_loss_inputs(demo_batch(args)), sides, args, results)
+    if args.plot:
+        mixes = list(results["mixes"])
+        measure.plot_series(
+            args.plot, "hf_train on packed vs padded rows (roll-tiny, CPU)", "batch mix", "train tokens/s",
+            {label: (mixes, [measure.column(results["mixes"][m]["runs"], f"{label}_train_tok_s") for m in mixes])
+             for label in ("padded", "packed")}, kind="bar")
     measure.finish(results, args)
 
 

@@ -60,8 +60,9 @@ def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attentio
     packed micro-batch: exact, but attention then costs ``T^2`` instead of ``sum(l_i^2)`` and the
     masked kernel is the slow one (measured: packing 64 long-tailed rows made a step 2.4x slower
     than padding them, while per-row calls made it 2.4x faster). Here every row is one causal sdpa
-    call without a mask, as flash-attention's varlen kernel would do. With a padding mask (the
-    padded path) or no ``cu_seq_lens_q`` this is transformers' sdpa unchanged.
+    call without a mask, as flash-attention's varlen kernel would do (a sliding-window layer gets
+    its band mask on rows longer than the window). With a padding mask (the padded path) or no
+    ``cu_seq_lens_q`` this is transformers' sdpa unchanged.
     """
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -71,10 +72,17 @@ def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attentio
     if bounds is None or attention_mask is not None or query.shape[0] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
+    window = kwargs.get("sliding_window")
     edges = bounds.tolist()
-    outs = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], None,
-                                   dropout=dropout, scaling=scaling, is_causal=True)[0]
-            for a, b in zip(edges[:-1], edges[1:])]
+    outs = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b == a:
+            continue
+        # a sliding-window layer (transformers' rule: a query sees the last `window` keys, itself included)
+        mask = (torch.ones(b - a, b - a, dtype=torch.bool, device=query.device).tril_()
+                .triu_(-(int(window) - 1))[None, None]) if window and b - a > window else None
+        outs.append(sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], mask,
+                                           dropout=dropout, scaling=scaling, is_causal=mask is None)[0])
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
 
 

@@ -131,6 +131,19 @@ def test_packed_log_probs_and_entropy_equal_the_padded_ones(tiny_dir):
     assert (lp_pack[~mask] == 0).all() and (lp_pack[mask] < 0).all() and (ent_pack[mask] > 0).all()
 
 
+def test_sliding_window_layers_pack_exactly(tiny_dir):
+    """Rows longer than the window: each packed row gets the window's band, as the padded mask has it."""
+    window = {"model_config_kwargs": {"use_sliding_window": True, "sliding_window": 4,
+                                      "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 2}}
+    batch = long_tailed_batch()
+    padded = HFTrainStrategy(tiny_dir, packing=PADDED, infer_batch_size=2, **window)
+    packed = HFTrainStrategy(tiny_dir, packing=PACKED, **window)
+    lp_pad, lp_pack = padded.compute_log_probs(batch)[0], packed.compute_log_probs(batch)[0]
+    torch.testing.assert_close(lp_pack, lp_pad, atol=1e-5, rtol=1e-5)
+    full = HFTrainStrategy(tiny_dir, packing=PADDED).compute_log_probs(batch)[0]
+    assert (full - lp_pad).abs().max() > 1e-2  # the window changes the numbers: the test is not vacuous
+
+
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_packed_train_step_equals_the_padded_one(tiny_dir, agg):
     """Loss and gradients of one PPO step (entropy bonus on) with the step's global normalisers."""
