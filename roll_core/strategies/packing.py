@@ -132,10 +132,13 @@ def plan_micro_batches(lengths: Sequence[int], budget: int, *, algorithm: str = 
     else:
         groups = _greedy(list(range(n)), budget, lambda rows: sum(lengths[i] for i in rows))
 
-    def cost(rows: list[int]) -> int:
-        return sum(lengths[i] for i in rows)
+    return split_to(groups, min_count, lambda rows: sum(lengths[i] for i in rows))
 
-    while len(groups) < min(min_count, n):
+
+def split_to(groups: list[list[int]], count: int, cost: Callable[[list[int]], int] = len) -> list[list[int]]:
+    """Halve the costliest group of several rows until there are ``count`` groups (or one per row)."""
+    groups = list(groups)
+    while len(groups) < count and any(len(g) > 1 for g in groups):
         big = max((g for g in groups if len(g) > 1), key=cost)
         at = groups.index(big)
         groups[at : at + 1] = [big[: len(big) // 2], big[len(big) // 2 :]]
@@ -277,14 +280,12 @@ def micro_batch_plan(batch: Mapping[str, Any], settings: PackingSettings, *, pac
             groups = plan_micro_batches(lengths, dynamic, min_count=min_count, padded_round=step)
         else:
             groups = [list(range(i, min(i + rows, len(lengths)))) for i in range(0, len(lengths), rows)]
-            while len(groups) < min(min_count, len(lengths)):  # lockstep with other ranks: split the largest
-                big = max(groups, key=len)
-                at = groups.index(big)
-                groups[at : at + 1] = [big[: len(big) // 2], big[len(big) // 2 :]]
+            groups = split_to(groups, min_count)  # lockstep with other ranks
     out = []
     for group in groups:
         index = torch.tensor(group, dtype=torch.long)
-        mb, _, w = select_rows(batch, index, device)
+        contiguous = group == list(range(group[0], group[0] + len(group)))  # a slice: views, not copies
+        mb, _, w = select_rows(batch, slice(group[0], group[0] + len(group)) if contiguous else index, device)
         out.append(MicroBatch(mb, index, w, pack_rows(mb) if packing else None))
     return out
 
