@@ -66,24 +66,21 @@ def collate(rows: list[tuple[list[int], list[int]]]) -> dict:
 def demo_batch(args) -> dict:
     """One batch of the demo's rollout (random policy), as the pipeline collates trajectories."""
     from roll_core.config import resolve
-    from roll_core.rollout.batch import trajectory_batch
-    from roll_core.rollout.scheduler import RolloutScheduler
+    from roll_core.models.policy_tokenizer import rollout_tokenizer
+    from roll_core.rollout import RolloutScheduler
+    from roll_core.rollout.engine.batch import trajectory_batch
 
     measure.start_ray(num_cpus=2)
     run = resolve(demo_config(), roles=())
-    scheduler = RolloutScheduler.from_run(run, "train", policy="random")
+    tokenizer = rollout_tokenizer(run.model_path("actor_infer", required=False), seed=run.config.seed,
+                                  model_free=True)
+    scheduler = RolloutScheduler.from_run(run, "train", tokenizer=tokenizer, policy="random")
     try:
         trajs = scheduler.get_batch(args.rows).trajectories
     finally:
         scheduler.shutdown()
-    batch, _ = trajectory_batch(trajs, scheduler_pad_id(run))
+    batch, _ = trajectory_batch(trajs, int(tokenizer.pad_token_id or 0))
     return {k: batch[k] for k in ("input_ids", "attention_mask", "response_mask")}
-
-
-def scheduler_pad_id(run) -> int:
-    from roll_core.rollout.tokenizer import rollout_tokenizer
-
-    return int(rollout_tokenizer(run.config, model_free=True).pad_token_id or 0)
 
 
 def with_loss_inputs(batch: dict, seed: int = 0) -> dict:
