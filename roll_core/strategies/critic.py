@@ -46,10 +46,10 @@ from roll_core.strategies.lora import (
     parameter_counts,
     save_adapter,
 )
+from roll_core.strategies.packing import MicroBatch, PackingSettings, packed_attention
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
     mask_or_none,
-    micro_batches,
     positions,
     read_safetensors_dir,
     validate_batch,
@@ -70,9 +70,9 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids).last_hidden_state
+                               position_ids=position_ids, **kwargs).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
 
@@ -102,6 +102,7 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         model_config_kwargs: Mapping[str, Any] | None = None,
         freeze_module_prefix: str | None = None,
         lora: LoraSettings | None = None,
+        packing: PackingSettings | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
@@ -114,9 +115,10 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         self.device = resolve_device(device)
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
+        attn = resolve_attn_implementation(attn_implementation, self.device)
         backbone = AutoModel.from_pretrained(
             self.model_dir, dtype=torch_dtype(dtype, self.device),
-            attn_implementation=resolve_attn_implementation(attn_implementation, self.device),
+            attn_implementation=packed_attention(attn) if packing is None or packing.enabled is not False else attn,
             **checked_config_overrides(self.model_dir, model_config_kwargs),
         )
         backbone.config.use_cache = False
@@ -126,6 +128,7 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         if lora is not None:  # adapters on the backbone; the value head (built below) trains in full
             backbone = apply_lora(backbone, lora, task_type=None)
         self.model = ValueModel(backbone).to(self.device)
+        self._resolve_packing(packing, lambda p: self.model.backbone(**p.forward_kwargs()).last_hidden_state)
         self.frozen_parameters = freeze_prefixes(self.model.backbone, freeze_module_prefix)
         self._wrap_data_parallel()
         self._setup_optimizer()
@@ -145,16 +148,14 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
         values = torch.zeros(batch_size, length - 1)
         self.model.eval()
         with torch.no_grad():
-            start = 0
-            for mb, rows, width in micro_batches(batch, self.settings.forward_batch_size, self.device):
-                values[start : start + rows, : width - 1] = self._values(mb).float().cpu()
-                start += rows
+            for micro in self._micro_batches(batch, train=False):
+                values[micro.index, : micro.width - 1] = self._values(micro).float().cpu()
         return values
 
     def train_step(self, batch: Mapping[str, Any], loss_fn: ValueLossFn) -> dict[str, float]:
         """One optimiser step over ``batch`` with ``loss_fn(micro_batch, values)``."""
         validate_batch(batch)
-        return self._optimizer_step(batch, lambda mb: loss_fn(mb, self._values(mb)))
+        return self._optimizer_step(batch, lambda micro: loss_fn(micro.mb, self._values(micro)))
 
     def save_checkpoint(self, path: str) -> None:
         from safetensors.torch import save_file
@@ -186,7 +187,12 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
             self.model.value_head.load_state_dict(load_file(head_file))
         self._load_trainer_state(path)
 
-    def _values(self, mb: Mapping[str, Any]) -> torch.Tensor:
+    def _values(self, micro: MicroBatch) -> torch.Tensor:
+        if micro.packed is not None:  # the head's outputs at the packed label positions
+            packed = micro.packed.response_only()
+            values = self._train_module()(**packed.forward_kwargs())[0]
+            return packed.unpack(values[packed.src].float())
+        mb = micro.mb
         mask = mb["attention_mask"]
         values = self._train_module()(mb["input_ids"], attention_mask=mask_or_none(mask), position_ids=positions(mask))
         return values[:, :-1].float() * mb["response_mask"][:, 1:].float()

@@ -7,7 +7,8 @@ no optimizer; only :meth:`compute_log_probs`). The critic lives in
 Decisions, and why:
 
 * **One ``train_step`` = one optimiser step over the whole given batch.** The batch is split into
-  micro-batches of ``per_device_train_batch_size`` rows; each micro-batch's loss is
+  micro-batches (packed: by a token budget; padded: ``per_device_train_batch_size`` rows, or
+  ROLL's dynamic batching); each micro-batch's loss is
   back-propagated as returned by ``loss_fn`` and the gradients add up. ``loss_fn`` scales its
   loss by *global* normalisers (docs/algorithms.md §6.5), so the update does not depend on how the
   batch is split (a test pins this). ``gradient_accumulation_steps`` therefore only defines the
@@ -15,10 +16,15 @@ Decisions, and why:
   ``per_device_train_batch_size * gradient_accumulation_steps``. These numbers, and the optimiser's,
   are one :class:`~roll_core.strategies.settings.OptimizerSettings` shared with the other train
   strategies.
-* **Padding is trimmed per micro-batch.** Rows are right-padded to the batch's longest row; each
-  micro-batch runs at its own longest row (tensors of width ``L`` are cut to ``l`` and
-  label-aligned ones of width ``L-1`` to ``l-1``), which matters on CPU where agentic rows vary a lot
-  in length. Results are padded back with zeros.
+* **Packed by default** (:mod:`roll_core.strategies.packing`): a micro-batch's rows are packed
+  into one sequence (position ids restarting per row, attention kept within each row) under a
+  token budget, and the outputs are scattered back to the padded label-aligned layout, so
+  ``loss_fn`` sees the same ``[b, l-1]`` tensors either way. Packing is used where a check at
+  load time shows the model keeps packed rows apart; ``use_sequence_packing: false`` (``packing=
+  PackingSettings(enabled=False)``) pads instead: rows are right-padded to the batch's longest
+  row and each micro-batch of ``per_device_train_batch_size`` rows runs at its own longest row
+  (tensors of width ``L`` are cut to ``l`` and label-aligned ones of width ``L-1`` to ``l-1``).
+  Results are padded back with zeros.
 * **Log-probs** are label-aligned ``[B, L-1]``, computed as ``z[label] - logsumexp(z)`` in float32
   (``z = logits / logits_temperature``), multiplied by ``response_mask[:, 1:]``.
   :meth:`compute_log_probs` returns ``(log_probs, entropy)``; ``entropy`` is ``None`` unless asked.
@@ -35,8 +41,9 @@ Decisions, and why:
   the base model (adapters disabled), so no reference copy is needed; :meth:`export_weights` sends
   merged weights; checkpoints hold the adapter in peft's format (and the merged model under
   ``merged/`` with ``save_merged``).
-* **The LM head runs on response positions only** in training and log-prob forwards
-  (``logits_to_keep`` from the first response token of the micro-batch on): prompt positions are
+* **The LM head runs on response positions only** in training and log-prob forwards (packed: the
+  positions that predict a response token; padded: ``logits_to_keep`` from the first response
+  token of the micro-batch on): prompt positions are
   masked out of every per-token quantity anyway, and with a 49k vocabulary the head's logits are
   a large share of a small model's step. The kept positions' logits are the same numbers.
 """
@@ -73,12 +80,20 @@ from roll_core.strategies.lora import (
     save_adapter,
     save_merged,
 )
+from roll_core.strategies.packing import (
+    MicroBatch,
+    PackedRows,
+    PackingSettings,
+    micro_batch_plan,
+    packed_attention,
+    resolve_packing,
+)
 from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs
 from roll_core.strategies.tensors import (
+    label_log_probs,
     logits_to_keep,
     mask_or_none,
-    micro_batches,
     positions,
     read_safetensors_dir,
     token_log_probs,
@@ -103,6 +118,9 @@ class OptimizedModel:
     settings: OptimizerSettings
     #: the model wrapped in DistributedDataParallel when the role has several ranks (training only)
     ddp: Any = None
+    #: how micro-batches are formed, and whether they are packed (:mod:`roll_core.strategies.packing`)
+    packing: PackingSettings = PackingSettings()
+    packs: bool = False
 
     @property
     def mini_batch_size(self) -> int:
@@ -147,6 +165,23 @@ class OptimizedModel:
                 if torch.is_tensor(value) and value.dim() > 0:
                     state[key] = value.to(device, non_blocking=True)
 
+    def _micro_batches(self, batch: Mapping[str, Any], *, train: bool) -> list[MicroBatch]:
+        """The micro-batches of one train step (``train``) or forward-only pass: packed under a token
+        budget when this strategy packs, else padded (:func:`~roll_core.strategies.packing.micro_batch_plan`)."""
+        rows = self.settings.per_device_train_batch_size if train else self.settings.forward_batch_size
+        return micro_batch_plan(batch, self.packing, packing=self.packs, rows=rows, train=train, device=self.device)
+
+    def _resolve_packing(self, packing: PackingSettings | None, outputs: Any) -> None:
+        """Pack when asked (or by default) and the model keeps packed rows apart; ``outputs(packed)``
+        is the model's per-position output the check compares."""
+        self.packing = packing or PackingSettings()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            self.packs = resolve_packing(self.packing, outputs, self.device, type(self).__name__)
+        finally:
+            self.model.train(was_training)
+
     def _train_module(self) -> Any:
         """What training forwards go through: the DDP wrapper while training with several ranks."""
         return self.ddp if self.ddp is not None and self.model.training else self.model
@@ -164,7 +199,7 @@ class OptimizedModel:
         self.scheduler = s.lr_scheduler(self.optimizer)
 
     def _optimizer_step(self, batch: Mapping[str, Any], run_micro: Any) -> dict[str, float]:
-        """Backward every micro-batch (``run_micro(mb) -> (loss, metrics)``), clip, step once."""
+        """Backward every micro-batch (``run_micro(micro_batch) -> (loss, metrics)``), clip, step once."""
         if not self.trainable:
             raise RollError(f"{type(self).__name__} was built with trainable=False (a reference model); "
                             "it cannot train.")
@@ -176,11 +211,12 @@ class OptimizedModel:
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, metric_sums, rows_seen = 0.0, {}, 0
         ranks = world_size() if self.ddp is not None else 1
-        micro = list(micro_batches(batch, self.settings.per_device_train_batch_size, self.device))
-        for i, (mb, rows, _) in enumerate(micro):
+        micro = self._micro_batches(batch, train=True)
+        for i, micro_batch in enumerate(micro):
+            rows = len(micro_batch.index)
             # gradients are all-reduced once, in the last micro-batch's backward
             with self.ddp.no_sync() if self.ddp is not None and i < len(micro) - 1 else nullcontext():
-                loss, metrics = run_micro(mb)
+                loss, metrics = run_micro(micro_batch)
                 (loss * ranks).backward()
             total_loss += float(loss.detach())
             rows_seen += rows
@@ -284,6 +320,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         trainable: bool = True,
         lora: LoraSettings | None = None,
         save_merged: bool = False,
+        packing: PackingSettings | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
@@ -300,6 +337,8 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         attn = resolve_attn_implementation(attn_implementation, self.device)
+        if packing is None or packing.enabled is not False:
+            attn = packed_attention(attn)
         self.model = load_causal_lm(self.model_dir, torch_dtype(dtype, self.device), attn, self.device,
                                     model_config_kwargs)
         self.trainable = trainable
@@ -314,6 +353,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
                 self.model.enable_input_require_grads()  # reentrant checkpoints need a grad-carrying input
         if lora is not None:
             self.model = apply_lora(self.model, lora)
+        self._resolve_packing(packing, lambda p: self.model(**p.forward_kwargs()).logits)
         if trainable:
             self.frozen_parameters = freeze_prefixes(self.model, freeze_module_prefix)
             self._wrap_data_parallel()
@@ -344,13 +384,11 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         self.model.eval()
         try:
             with torch.no_grad():
-                start = 0
-                for mb, rows, width in micro_batches(batch, self.settings.forward_batch_size, self.device):
-                    lp, ent = self._forward_micro(mb, with_entropy)
-                    log_probs[start : start + rows, : width - 1] = lp.float().cpu()
+                for micro in self._micro_batches(batch, train=False):
+                    lp, ent = self._forward_micro(micro, with_entropy)
+                    log_probs[micro.index, : micro.width - 1] = lp.float().cpu()
                     if entropy is not None:
-                        entropy[start : start + rows, : width - 1] = ent.float().cpu()
-                    start += rows
+                        entropy[micro.index, : micro.width - 1] = ent.float().cpu()
         finally:
             self.model.train(was_training)
         return log_probs, entropy
@@ -372,9 +410,9 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         validate_batch(batch)
         want_entropy = bool(getattr(loss_fn, "needs_entropy", False) if with_entropy is None else with_entropy)
 
-        def run(mb: dict[str, Any]):
-            lp, ent = self._forward_micro(mb, want_entropy)
-            return loss_fn(mb, lp, ent)
+        def run(micro: MicroBatch):
+            lp, ent = self._forward_micro(micro, want_entropy)
+            return loss_fn(micro.mb, lp, ent)
 
         return self._optimizer_step(batch, run)
 
@@ -426,9 +464,19 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
         self._load_trainer_state(path)
 
     # -- internals --------------------------------------------------------------------------
-    def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
+    def _forward_micro(self, micro: MicroBatch, with_entropy: bool):
+        if micro.packed is not None:
+            return self._forward_packed(micro.packed, with_entropy)
+        mb = micro.mb
         keep = logits_to_keep(mb["response_mask"])
         logits = self._train_module()(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
                                       position_ids=positions(mb["attention_mask"]), logits_to_keep=keep).logits
         return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
                                with_entropy)
+
+    def _forward_packed(self, packed: PackedRows, with_entropy: bool):
+        """One packed forward; the LM head runs on the positions that predict a response token only."""
+        packed = packed.response_only()
+        logits = self._train_module()(**packed.forward_kwargs(), logits_to_keep=packed.src).logits[0]
+        lp, ent = label_log_probs(logits, packed.target, self.logits_temperature, with_entropy)
+        return packed.unpack(lp), (packed.unpack(ent) if ent is not None else None)

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from roll_core.errors import ConfigError, did_you_mean
 from roll_core.strategies.hf_common import cfg_get
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +199,8 @@ def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
 
     Reads ``model_args.{dtype, attn_implementation, disable_gradient_checkpointing}`` and, when set,
     :data:`OPTIONAL_MODEL_ARGS` (a :class:`ConfigError` where ``cls`` does not take one) and the LoRA
-    fields (as ``lora=``:class:`~roll_core.strategies.lora.LoraSettings`, likewise); every other
+    fields (as ``lora=``:class:`~roll_core.strategies.lora.LoraSettings`, likewise), and
+    ``packing=``:class:`~roll_core.strategies.packing.PackingSettings` where ``cls`` takes it; every other
     ``strategy_args.strategy_config`` key must be a field or a keyword of ``cls`` (a
     :class:`ConfigError` otherwise). ``overrides`` (fields or keywords, e.g. ``num_training_steps``
     or ``trainable``) win over the config.
@@ -233,6 +237,14 @@ def train_worker_kwargs(cls: Any, worker_config: Any, seed: int, where: str,
                               "adapters; unset the lora_* fields or choose a backend that does (hf_train, "
                               "deepspeed_train).")
         kwargs["lora"] = lora
+    from roll_core.strategies.packing import PackingSettings
+
+    packing = PackingSettings.from_worker_config(worker_config)
+    if "packing" in accepted:
+        kwargs["packing"] = packing
+    elif packing.enabled:  # padded rows give the same numbers, only slower: say so, do not refuse
+        logger.warning("%s.use_sequence_packing: %s does not pack sequences; it trains on padded rows.",
+                       where, getattr(cls, "__name__", cls))
     kwargs.update({k: v for k, v in strategy_config.items() if k not in FIELDS})
     kwargs.update({k: v for k, v in overrides.items() if k not in FIELDS})
     kwargs["settings"] = resolve_settings(

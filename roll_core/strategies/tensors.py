@@ -39,24 +39,31 @@ def micro_batches(batch: Mapping[str, Any], size: int, device: Any) -> Iterator[
     Per-row entries are sliced: tensors with ``B`` rows (width ``L`` cut to ``width``, ``L-1`` to
     ``width-1``, moved to ``device``) and sequences of length ``B``; anything else passes through.
     """
-    batch_size, length = batch["input_ids"].shape
+    batch_size = batch["input_ids"].shape[0]
     for start in range(0, batch_size, size):
-        rows = slice(start, min(start + size, batch_size))
-        mask = batch["attention_mask"][rows]
-        used = mask.bool().any(dim=0).nonzero()
-        width = max(2, int(used.max()) + 1 if len(used) else 2)
-        mb: dict[str, Any] = {}
-        for key, value in batch.items():
-            if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == batch_size:
-                value = value[rows]
-                if value.dim() >= 2 and value.shape[1] in (length, length - 1):
-                    value = value[:, : width - (length - value.shape[1])]
-                mb[key] = value.to(device)
-            elif isinstance(value, (list, tuple)) and len(value) == batch_size:
-                mb[key] = value[rows]
-            else:
-                mb[key] = value
-        yield mb, rows.stop - rows.start, width
+        yield select_rows(batch, slice(start, min(start + size, batch_size)), device)
+
+
+def select_rows(batch: Mapping[str, Any], rows: slice | torch.Tensor, device: Any) -> tuple[dict[str, Any], int, int]:
+    """``(micro_batch, rows, width)`` of the rows ``rows`` (a slice or an index tensor), trimmed to
+    their longest row as :func:`micro_batches` describes."""
+    batch_size, length = batch["input_ids"].shape
+    mask = batch["attention_mask"][rows]
+    used = mask.bool().any(dim=0).nonzero()
+    width = max(2, int(used.max()) + 1 if len(used) else 2)
+    picked = rows if isinstance(rows, slice) else rows.tolist()
+    mb: dict[str, Any] = {}
+    for key, value in batch.items():
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == batch_size:
+            value = value[rows]
+            if value.dim() >= 2 and value.shape[1] in (length, length - 1):
+                value = value[:, : width - (length - value.shape[1])]
+            mb[key] = value.to(device)
+        elif isinstance(value, (list, tuple)) and len(value) == batch_size:
+            mb[key] = value[picked] if isinstance(picked, slice) else type(value)(value[i] for i in picked)
+        else:
+            mb[key] = value
+    return mb, mask.shape[0], width
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -89,20 +96,28 @@ def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, response_mask
     """
     length = input_ids.shape[1]
     offset = length - logits.shape[1]  # first position the logits cover
-    z = logits[:, :-1].float()
-    if temperature != 1.0:
-        z = z / temperature
-    labels = input_ids[:, offset + 1:].unsqueeze(-1)
-    lse = torch.logsumexp(z, dim=-1)
-    mask = response_mask[:, offset + 1:].to(z.dtype)
-    log_probs = (z.gather(-1, labels).squeeze(-1) - lse) * mask
-    entropy = None
-    if with_entropy:
-        entropy = (lse - (torch.softmax(z, dim=-1) * z).sum(-1)) * mask
+    labels = input_ids[:, offset + 1:]
+    log_probs, entropy = label_log_probs(logits[:, :-1], labels, temperature, with_entropy)
+    mask = response_mask[:, offset + 1:].to(log_probs.dtype)
+    log_probs = log_probs * mask
+    entropy = entropy * mask if entropy is not None else None
     if offset:
         pad = (offset, 0)
         log_probs = torch.nn.functional.pad(log_probs, pad)
         entropy = torch.nn.functional.pad(entropy, pad) if entropy is not None else None
+    return log_probs, entropy
+
+
+def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log softmax(logits / T)[label]`` (and the entropy) in float32, unmasked: ``logits [..., V]``,
+    ``labels [...]``. The one formula of the padded and the packed paths."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    log_probs = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(-1) if with_entropy else None
     return log_probs, entropy
 
 

@@ -100,8 +100,8 @@ def test_sgd_really_trains_with_sgd(tiny_dir):
         return -log_probs.sum(), {}
 
     strategy.model.zero_grad()
-    on_device = {k: v.to(strategy.device) for k, v in batch.items()}  # _forward_micro takes a moved micro-batch
-    loss, _ = loss_fn(on_device, strategy._forward_micro(on_device, False)[0], None)
+    (micro,) = strategy._micro_batches(batch, train=True)  # what train_step runs
+    loss, _ = loss_fn(micro.mb, strategy._forward_micro(micro, False)[0], None)
     loss.backward()
     grads = {k: v.grad.detach().clone() for k, v in strategy.model.named_parameters() if v.grad is not None}
     strategy.model.zero_grad()

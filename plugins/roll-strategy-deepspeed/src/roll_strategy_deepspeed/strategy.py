@@ -27,6 +27,9 @@ Decisions, and why:
 * **Checkpoints**: a ``save_pretrained`` directory (rank 0) plus DeepSpeed's own checkpoint in
   ``deepspeed/`` (module, optimizer and scheduler state, per-rank partitions) and per-rank RNG
   states; :meth:`load_checkpoint` restores all of it on a freshly built strategy.
+* **Packing** (``packing=``, from ``use_sequence_packing`` / ``sequence_packing_args``) as in
+  ``hf_train`` (:mod:`roll_core.strategies.packing`): on by default where the model keeps packed
+  rows apart; with several ranks the micro-batch count is the largest of any rank's plan.
 * **LoRA** (``lora=``, from ``model_args.lora_*``) as in ``hf_train``: peft wraps the model before
   DeepSpeed does, so only the adapters reach DeepSpeed's optimizer; reference log-probs come from
   the base with adapters disabled; exported weights are merged (gathered first under ZeRO-3); the
@@ -68,11 +71,18 @@ from roll_core.strategies.lora import (  # noqa: E402
     save_adapter,
     save_merged,
 )
+from roll_core.strategies.packing import (  # noqa: E402
+    MicroBatch,
+    PackingSettings,
+    micro_batch_plan,
+    packed_attention,
+    resolve_packing,
+)
 from roll_core.strategies.rng import load_state, rng_state, save_state, set_rng_state  # noqa: E402
 from roll_core.strategies.settings import OptimizerSettings, resolve_settings, train_worker_kwargs  # noqa: E402
 from roll_core.strategies.tensors import (  # noqa: E402
+    label_log_probs,
     mask_or_none,
-    micro_batches,
     positions,
     token_log_probs,
     validate_batch,
@@ -125,6 +135,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         deepspeed_config: Mapping[str, Any] | None = None,
         dist_backend: str | None = None,
         lora: LoraSettings | None = None,
+        packing: PackingSettings | None = None,
         settings: OptimizerSettings | None = None,
         **training: Any,
     ):
@@ -159,7 +170,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                                                 offload_optimizer=offload_optimizer, offload_param=offload_param,
                                                 extra=deepspeed_config)
         self.zero_stage = int(self.ds_config["zero_optimization"]["stage"])
-        model = self._load_model(resolve_attn_implementation(attn_implementation, device))
+        self.packing = packing or PackingSettings()
+        attn = resolve_attn_implementation(attn_implementation, device)
+        model = self._load_model(packed_attention(attn) if self.packing.enabled is not False else attn)
         if trainable and gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = lora
@@ -169,8 +182,10 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             model.requires_grad_(False)
         self.engine = self._initialize(model)
         self.device = self.engine.device
-        if not trainable:
-            self.engine.eval()
+        self.engine.eval()  # every rank runs the check (ZeRO-3 gathers parameters collectively)
+        self.packs = resolve_packing(self.packing, lambda p: self.engine.module(**p.forward_kwargs()).logits,
+                                     self.device, type(self).__name__)
+        self.engine.train(trainable)
 
     @classmethod
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int,
@@ -202,19 +217,17 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         batch_size, length = batch["input_ids"].shape
         log_probs = torch.zeros(batch_size, length - 1)
         entropy = torch.zeros(batch_size, length - 1) if with_entropy else None
-        micro = list(micro_batches(batch, self.settings.forward_batch_size, self.device))
+        micro = self._micro_batches(batch, train=False)
         self._check_lockstep(len(micro), "compute_log_probs")
         was_training = self.engine.training
         self.engine.eval()
         try:
             with torch.no_grad():
-                start = 0
-                for mb, rows, width in micro:
-                    lp, ent = self._forward_micro(mb, with_entropy)
-                    log_probs[start : start + rows, : width - 1] = lp.float().cpu()
+                for m in micro:
+                    lp, ent = self._forward_micro(m, with_entropy)
+                    log_probs[m.index, : m.width - 1] = lp.float().cpu()
                     if entropy is not None:
-                        entropy[start : start + rows, : width - 1] = ent.float().cpu()
-                    start += rows
+                        entropy[m.index, : m.width - 1] = ent.float().cpu()
         finally:
             self.engine.train(was_training)
         return log_probs, entropy
@@ -229,15 +242,16 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             raise RollError("deepspeed_train was built with trainable=False (a reference model); it cannot train.")
         validate_batch(batch)
         want_entropy = bool(getattr(loss_fn, "needs_entropy", False) if with_entropy is None else with_entropy)
-        micro = list(micro_batches(batch, self.settings.per_device_train_batch_size, self.device))
+        micro = self._micro_batches(batch, train=True)
         self._check_lockstep(len(micro), "train_step")
         self.engine.train()
         lr = float(self.engine.get_lr()[0])
         total_loss, metric_sums, rows_seen = torch.zeros((), dtype=torch.float64), {}, 0
-        for i, (mb, rows, _) in enumerate(micro):
+        for i, m in enumerate(micro):
+            rows = len(m.index)
             self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
-            lp, ent = self._forward_micro(mb, want_entropy)
-            loss, metrics = loss_fn(mb, lp, ent)
+            lp, ent = self._forward_micro(m, want_entropy)
+            loss, metrics = loss_fn(m.mb, lp, ent)
             self.engine.backward(loss * self.engine.dp_world_size, scale_wrt_gas=False)
             total_loss += float(loss.detach())
             rows_seen += rows
@@ -359,7 +373,30 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         params = list(self.engine.module.parameters())
         return deepspeed.zero.GatheredParameters(params, enabled=self.zero_stage == 3)
 
-    def _forward_micro(self, mb: Mapping[str, Any], with_entropy: bool):
+    def _micro_batches(self, batch: Mapping[str, Any], *, train: bool) -> list[MicroBatch]:
+        """As ``hf_train``'s (packed under a token budget, or padded); with several ranks, every rank
+        then splits to the largest count of any rank, so all run the same number of micro-batches."""
+        rows = self.settings.per_device_train_batch_size if train else self.settings.forward_batch_size
+
+        def plan(least: int) -> list[MicroBatch]:
+            return micro_batch_plan(batch, self.packing, packing=self.packs, rows=rows, train=train,
+                                    device=self.device, min_count=least)
+
+        micro = plan(1)
+        if self.world_size > 1:
+            most = torch.tensor([len(micro)], dtype=torch.long, device=self.device)
+            dist.all_reduce(most, op=dist.ReduceOp.MAX)
+            if int(most) > len(micro):
+                micro = plan(int(most))
+        return micro
+
+    def _forward_micro(self, micro: MicroBatch, with_entropy: bool):
+        if micro.packed is not None:
+            packed = micro.packed.response_only()
+            logits = self.engine(**packed.forward_kwargs(), logits_to_keep=packed.src).logits[0]
+            lp, ent = label_log_probs(logits, packed.target, self.logits_temperature, with_entropy)
+            return packed.unpack(lp), (packed.unpack(ent) if ent is not None else None)
+        mb = micro.mb
         logits = self.engine(input_ids=mb["input_ids"], attention_mask=mask_or_none(mb["attention_mask"]),
                              position_ids=positions(mb["attention_mask"])).logits
         return token_log_probs(logits, mb["input_ids"], mb["response_mask"], self.logits_temperature,
