@@ -30,7 +30,7 @@ STD0 = RewardFilterConfig(type="std_filter", filter_args={"std_threshold": 0})
 class ExactMatch:
     """Reward 1 when the response is the reference."""
 
-    def score(self, domain, prompt, response, reference, tokens):
+    def score(self, domain, prompt, response, reference, tokens, row=None):
         return float(response == reference), response == reference
 
 
