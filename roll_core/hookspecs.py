@@ -181,3 +181,25 @@ def roll_register_agents(register):
             register("guesser", "my_agents.guess:play", tags=["Guess"],
                      description="Guess a number with a hint tool")
     """
+
+
+@hookspec
+def roll_register_group_filters(register):
+    """Register group filters, selected by ``train_env_manager.group_filter_cls`` (agentic training).
+
+    ``target`` names a class; roll builds one instance per env-manager worker (``cls()``) and calls
+    ``instance.filter(group_id, episode_id, group)`` when all members of a group have finished an
+    episode, with ``group`` the members' :class:`roll_core.chat.trajectory.Trajectory` objects
+    (``episode_reward``, ``metrics``, ``turns``). As in ROLL, a true result drops the group; a
+    string drops it and names the reason (counted as ``rollout/filtered_groups/<reason>``; ``True``
+    counts under the filter's registered name). A dropped group never reaches the trainer: the
+    queue admits a fresh group-episode (a new seed) in its place, at most ``max_groups_per_step``
+    groups per step (see :mod:`roll_core.rollout.engine.group_filters`). Validation is never filtered.
+
+    Example::
+
+        @hookimpl
+        def roll_register_group_filters(register):
+            register("all_failed", "my_plugin.filters:AllFailed",
+                     description="Drop groups in which no episode succeeded")
+    """

@@ -48,6 +48,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "roll_core.builtin.algorithms",
     "roll_core.builtin.strategies",
     "roll_core.builtin.rewards",
+    "roll_core.builtin.group_filters",
 )
 
 

@@ -23,6 +23,7 @@ KINDS: dict[str, str] = {
     "strategy": "roll_register_strategies",
     "reward": "roll_register_rewards",
     "agent": "roll_register_agents",
+    "group_filter": "roll_register_group_filters",
 }
 
 def _one_of(*allowed: Any):
@@ -64,6 +65,7 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {
     "reward": {},
     "agent": {"config_model": _target,  # roll_core.envs.binding.agent_config_model
               "expert": _target},  # the scripted policy's demonstrator (roll_core.rollout.agents.agent)
+    "group_filter": {},
 }
 #: options a registration of the kind must give
 REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {"strategy": ("role",)}

@@ -117,6 +117,8 @@ class Run:
     envs: Mapping[str, EnvBinding] = field(default_factory=dict)
     #: env tag -> bound agent, for tags played by OpenAI-API agent code (agentic runs)
     agents: Mapping[str, AgentBinding] = field(default_factory=dict)
+    #: the train env manager's group filter (``group_filter_cls``), None when groups are not filtered
+    group_filter: Registration | None = None
     #: reward domain -> reward registration (RLVR runs)
     rewards: Mapping[str, Registration] = field(default_factory=dict)
     #: distribution -> version of every plugin distribution a bound component comes from

@@ -9,11 +9,11 @@ validates it against the selected env plugin's ``config_model``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from roll_core.config.base import FreeDict, RollModel, compat
+from roll_core.config.base import FreeDict, NoneStr, RollModel, compat
 from roll_core.config.workers import (
     DataArgs,
     DeviceMapping,
@@ -23,6 +23,10 @@ from roll_core.config.workers import (
     TrainingArgs,
     WorkerConfig,
 )
+
+#: ROLL's default ``group_filter_cls`` class paths (they keep every group): roll's ``keep_all`` filter
+ROLL_KEEP_ALL_FILTERS = ("roll.pipeline.agentic.agentic_pipeline.GroupFilter",
+                         "roll.pipeline.agentic.env_manager.agent_native_env_manager.GroupFilter")
 
 #: why an env manager's model / device fields do nothing (ROLL's env managers derive from WorkerConfig)
 _ENV_WORKER = "Env managers run envs on CPU; the model, its backend and devices are actor_infer's."
@@ -67,7 +71,11 @@ class EnvManagerConfig(WorkerConfig):
         1800.0, gt=0, description="Seconds a batch may wait without any env call or generation of this env "
         "manager completing; then the run stops with the last failure. null: no limit."
     )
-    group_filter_cls: str | None = compat(None)
+    group_filter_cls: Annotated[str | None, NoneStr] = Field(
+        None, description="Training: a registered group filter (`roll plugins list`; built-in: equal_returns) that "
+        "drops complete groups before they reach the trainer; a fresh group (new seed) takes each one's place. "
+        "ROLL's default class (keeps every group) is accepted. Validation never filters."
+    )
     model_args: ModelArgs = compat(ModelArgs(), _ENV_WORKER)
     training_args: TrainingArgs = compat(TrainingArgs(), _ENV_WORKER)
     generating_args: GeneratingArgs | None = compat(None, _ENV_WORKER)

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from roll_core.config.algorithm import AlgorithmConfig, RewardNormalizationConfig
 from roll_core.config.base import FreeDict, RollModel, compat
-from roll_core.config.envs import AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig
+from roll_core.config.envs import ROLL_KEEP_ALL_FILTERS, AgentGatewayConfig, CustomEnvConfig, EnvManagerConfig
 from roll_core.config.rlvr import (
     DatasetFilterConfig,
     RewardConfig,
@@ -87,8 +87,19 @@ class RunSettings(RollModel):
         "its own setting (RAY_worker_niceness on `ray start`)."
     )
     generate_opt_level: int = compat(1)
-    is_use_additional_prompts: bool = compat(False)
-    max_additional_running_prompts: int = compat(16)
+    is_use_additional_prompts: bool = Field(
+        False, description="RLVR with a query/response filter: each refill round after the first also draws up to "
+        "max_additional_running_prompts spare prompts beyond the groups still missing, so fewer rounds fill a batch "
+        "(spares not needed go back to the data stream). Filters refill batches with or without it, as in ROLL."
+    )
+    max_additional_running_prompts: int = Field(
+        16, ge=0, description="is_use_additional_prompts: the most spare prompts in flight beyond those the batch misses."
+    )
+    max_groups_per_step: int | None = Field(
+        None, ge=1, description="roll: the most groups (RLVR: prompts) one training step may consume while filters "
+        "(query_filter_config, response_filter_config, group_filter_cls) drop groups; unset: 10 x a batch's "
+        "groups. Reached before the batch is full, the run stops naming the filter and its counts."
+    )
     user_defined_rollout_loop_cls: str | None = compat(None)
     base_dir: str | None = compat(None)
     rpc_timeout: int = Field(
@@ -191,6 +202,9 @@ class PipelineConfig(AlgorithmConfig, RunSettings):
             problems.append("force_disable_old_logprobs_recompute is on, but the KL to the reference model "
                             "(init_kl_coef > 0, use_kl_loss or enable_reference) is measured against the old "
                             "policy's log-probs, which actor_train must then compute; turn one of them off")
+        if self.is_use_additional_prompts and self.max_additional_running_prompts < 1:
+            problems.append("is_use_additional_prompts is on, but max_additional_running_prompts is "
+                            f"{self.max_additional_running_prompts}; give the number of spare prompts (ROLL: 16)")
         if self.val_batch_size == 0:
             problems.append("val_batch_size is 0, which would validate on nothing; set a positive number, or -1 "
                             "to validate on every val env (agentic) / val prompt (RLVR) once, or eval_steps: 0 "
@@ -259,6 +273,14 @@ class AgenticConfig(PipelineConfig):
         return self
 
     def _agentic_warnings(self) -> None:
+        train = self.train_env_manager
+        cap = train.max_traj_per_env
+        if train.group_filter_cls not in (None, "keep_all", *ROLL_KEEP_ALL_FILTERS) and cap > 0 and (
+                self.rollout_batch_size >= cap * train.num_envs):
+            warn(f"train_env_manager.group_filter_cls ({train.group_filter_cls}) drops groups, but max_traj_per_env "
+                 f"({cap}) leaves no episode to replace a dropped group within a step (the batch of "
+                 f"{self.rollout_batch_size} uses them all); the first dropped group will stop the step. Raise "
+                 "max_traj_per_env or set -1")
         val = self.val_env_manager
         if val.group_size != 1:
             warn(f"val_env_manager.group_size is {val.group_size}; 1 is recommended: validation samples "

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from roll_core.config.base import compat_warnings
+from roll_core.config.envs import ROLL_KEEP_ALL_FILTERS
 from roll_core.config.pipeline import AgenticConfig, PipelineConfig, RLVRConfig
 from roll_core.envs.binding import (
     bind_agent_registration,
@@ -77,6 +78,7 @@ class _Resolver:
         self.envs: dict[str, EnvBinding] = {}
         self.agents: dict[str, AgentBinding] = {}
         self.rewards: dict[str, Registration] = {}
+        self.group_filter: Registration | None = None
         self.components: dict[str, Registration] = {}
         self.warnings: list[str] = []
 
@@ -126,7 +128,8 @@ class _Resolver:
         elif isinstance(c, RLVRConfig):
             self.rlvr(c)
         run = Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
-                  envs=self.envs, agents=self.agents, rewards=self.rewards, plugins=self.plugin_versions(),
+                  envs=self.envs, agents=self.agents, rewards=self.rewards, group_filter=self.group_filter,
+                  plugins=self.plugin_versions(),
                   components=self.components, warnings=tuple(self.warnings),
                   reference_from_actor=reference_from_actor)
         if self.roles is None:  # a training run: what would otherwise fail only after Ray has started
@@ -210,6 +213,24 @@ class _Resolver:
             for i, tag in enumerate(manager.tags):
                 if tag not in self.envs:
                     self.env(c, tag, f"{path}.tags[{i}]")
+        self.group_filters(c)
+
+    def group_filters(self, c: AgenticConfig) -> None:
+        """Bind the train env manager's group filter; ROLL's keep-everything default binds none."""
+        for path in ("train_env_manager", "val_env_manager"):
+            name = getattr(c, path).group_filter_cls
+            if name is None:
+                continue
+            if name in ROLL_KEEP_ALL_FILTERS:
+                name = "keep_all"
+            reg = self.lookup("group_filter", name, f"{path}.group_filter_cls")
+            self.data[path]["group_filter_cls"] = reg.name
+            keeps_all = reg.name == "keep_all"
+            if path == "val_env_manager" and not keeps_all:
+                self.note(f"val_env_manager.group_filter_cls ({reg.name!r}) is ignored: validation scores every "
+                          "planned episode, filtered or not")
+            elif path == "train_env_manager" and not keeps_all:
+                self.group_filter = reg
 
     def env(self, c: AgenticConfig, tag: str, tag_path: str) -> None:
         entry = c.custom_envs.get(tag)

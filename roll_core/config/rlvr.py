@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll_core.config.base import FreeDict, RollModel, compat
 from roll_core.config.workers import (
@@ -22,17 +22,42 @@ from roll_core.config.workers import (
     TrainingArgs,
     WorkerConfig,
 )
+from roll_core.errors import did_you_mean
 
 #: why a reward domain's worker fields do nothing
 _REWARD_WORKER = ("roll scores with registered reward functions (reward_type) in the driver; there are no "
                   "reward-model workers.")
-_FILTER = "roll trains on every scored prompt; ROLL's reward filters are not implemented."
+#: filter type -> the filter_args it reads (ROLL's defaults apply to missing ones; see roll_core.rollout.rlvr.reward_filters)
+FILTER_ARGS: dict[str, tuple[str, ...]] = {"no_filter": (), "mean_filter": ("threshold_up", "threshold_down"),
+                                           "std_filter": ("std_threshold",)}
 _JUDGE = "No built-in reward calls an LLM judge; a reward plugin takes its own settings."
 
 
 class RewardFilterConfig(RollModel):
+    """ROLL's reward filter: drop a prompt's group (query filter) or a response (response filter) by reward.
+
+    ``mean_filter`` drops when the mean reward is ``<= threshold_down`` (default -1) or ``>=
+    threshold_up`` (default +inf); ``std_filter`` drops when the rewards' standard deviation is
+    ``<= std_threshold`` (default -1; 0 drops groups whose rewards are all equal).
+    """
+
     type: Literal["no_filter", "mean_filter", "std_filter"] = "no_filter"
     filter_args: FreeDict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_args(self):
+        known = FILTER_ARGS[self.type]
+        for key, value in self.filter_args.items():
+            if key not in known:
+                raise ValueError(f"filter_args.{key} is not read by {self.type} (it reads: "
+                                 f"{', '.join(known) or 'nothing'}).{did_you_mean(key, known)}")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"filter_args.{key} must be a number, got {value!r}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return self.type != "no_filter"
 
 
 class RewardConfig(WorkerConfig):
@@ -41,8 +66,12 @@ class RewardConfig(WorkerConfig):
     reward_type: str | None = Field(None, description="Registered reward function; default: the domain key.")
     tag_included: list[str] = Field(default_factory=list, description="Data tags scored by this domain.")
     response_length_penalty_coef: float = 0.0
-    query_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
-    response_filter_config: RewardFilterConfig = compat(RewardFilterConfig(), _FILTER)
+    query_filter_config: RewardFilterConfig = Field(
+        default_factory=RewardFilterConfig, description="Drop a prompt whose group's rewards fail the filter "
+        "(training only); another prompt takes its place (see is_use_additional_prompts, max_groups_per_step).")
+    response_filter_config: RewardFilterConfig = Field(
+        default_factory=RewardFilterConfig, description="Resample a response whose reward fails the filter (up to "
+        "5 times; then its prompt is dropped); mean_filter only: a single reward has no spread.")
     format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern` "
                                        "(regex: what the response must match; math_verify: where the final answer "
                                        "is, the last match).")
@@ -66,6 +95,13 @@ class RewardConfig(WorkerConfig):
                                   "(docs/sandbox.md); no remote sandbox service is called.")
     use_local: bool = compat(True, "The code_sandbox reward always runs code locally, in roll_core.sandbox.")
     reward_manager_config: list[FreeDict] = compat([])
+
+    @model_validator(mode="after")
+    def _response_filter_is_per_response(self):
+        if self.response_filter_config.type == "std_filter":
+            raise ValueError("response_filter_config.type is std_filter, but a response has one reward and no "
+                             "spread; use std_filter in query_filter_config (the group), or mean_filter here")
+        return self
 
     @field_validator("format_pattern")
     @classmethod

@@ -76,6 +76,7 @@ class RLVRPipeline(TrainingLoop):
         from roll_core.data import PromptSampler, load_prompts
         from roll_core.models.policy_tokenizer import rollout_tokenizer
         from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
+        from roll_core.rollout.rlvr.reward_filters import DynamicSampling
         from roll_core.rollout.rlvr.rlvr_rollout import RLVRRollout
         from roll_core.run import model_path
 
@@ -95,7 +96,7 @@ class RLVRPipeline(TrainingLoop):
             sampling=rlvr_sampling(c, "train"), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
             async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
-            timeout_s=float(c.rpc_timeout))
+            timeout_s=float(c.rpc_timeout), dynamic=DynamicSampling.from_config(c))
         val_files, val_args = validation_files(c)
         if c.eval_steps > 0 and val_files:
             val_rows = load_prompts(val_files, tokenizer, data_args=val_args, rewards=c.rewards,

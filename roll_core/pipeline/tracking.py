@@ -159,6 +159,10 @@ class MetricsTracker:
         for label, key, fmt in PROGRESS_FIELDS:
             if key in metrics and _is_scalar(metrics[key]):
                 parts.append(f"{label} {fmt.format(float(metrics[key]))}")
+        if _is_scalar(metrics.get("rollout/filtered_groups")):  # dynamic sampling: what the filter cost
+            parts.append(f"filtered {float(metrics['rollout/filtered_groups']):.0f} groups "
+                         f"({float(metrics.get('rollout/groups_per_trained_group', 1.0)):.2f} per trained, "
+                         f"+{float(metrics.get('rollout/filter_extra_time', 0.0)):.1f}s)")
         if no_learning_signal(metrics):
             parts.append(ZERO_ADVANTAGE_NOTE)
         total = timings.get("step", sum(timings.values()))

@@ -65,6 +65,18 @@ def roll_register_strategies(register):
     register("cfgtest_infer", f"{MODULE}:estimate", role="infer")
 
 
+class AllFailed:
+    """A third-party group filter: drop groups in which no episode succeeded, under its own reason."""
+
+    def filter(self, group_id, episode_id, group):
+        return "none_succeeded" if not any(t.metrics.get("success") for t in group) else False
+
+
+@hookimpl
+def roll_register_group_filters(register):
+    register("cfgtest_all_failed", f"{MODULE}:AllFailed", description="Drop groups where nothing succeeded")
+
+
 def roll_names_registry() -> Registry:
     """ROLL's component names, registered as a ROLL user's installation would have them."""
     registry = Registry()

@@ -35,6 +35,8 @@ HOOK_TESTS = {
     "roll_register_strategies": "tests/strategies/test_check_strategy.py::test_a_broken_backend_gets_every_problem_listed",
     "roll_register_rewards": "tests/rewards/test_check_reward.py::test_a_broken_reward_is_caught",
     "roll_register_agents": "tests/rollout/test_agent_rollout.py::test_agent_config_mistakes_are_named",
+    "roll_register_group_filters":
+        "tests/config/test_dynamic_sampling_config.py::test_a_third_party_filter_registers_through_the_hook",
 }
 
 

@@ -92,3 +92,42 @@ def test_async_training_seed_examples_run_on_cpu(ray_session, tmp_path, monkeypa
     assert code == 0, out
     assert "step 2/2" in out
     assert (tmp_path / "ckpt" / "checkpoint-2").is_dir()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_dynamic_sampling_fills_batches_and_resumes_exactly(ray_session, tmp_path):
+    """std_filter drops all-equal groups, spare prompts refill the batch, a resumed run repeats step 3."""
+    import math
+
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    # after 2 warm-start steps the model answers every prompt alike; 60 give it a spread of digits
+    WARM = {"warmup_sft.steps": "60"}  # noqa: N806
+    dynamic = ["+rewards.arithmetic.query_filter_config.type=std_filter",
+               "+rewards.arithmetic.query_filter_config.filter_args.std_threshold=0",
+               "is_use_additional_prompts=true", "max_additional_running_prompts=2", "eval_steps=0"]
+    code, out = run(EXAMPLES / "rlvr" / "arithmetic.yaml",
+                    tiny_rlvr(full, max_steps="3", save_steps="2", **WARM) + dynamic)
+    assert code == 0, out
+    assert "filtered " in out and "per trained" in out  # the progress line says what the filter cost
+    assert "has nothing to learn from" not in out  # every trained group has a reward spread
+    entries = history(full, 3, first=1)
+    for entry in entries:
+        assert entry["train/samples"] == 16.0  # 4 prompts x 4 responses: the batch is full
+        passed = 4.0
+        assert entry["rollout/groups_per_trained_group"] == (passed + entry["rollout/filtered_groups"]) / passed
+        assert entry["rollout/filtered_groups"] == entry["rollout/filtered_groups/std_filter"]
+        assert entry["critic/advantages/max"] > 0.0
+    code, out = run(EXAMPLES / "rlvr" / "arithmetic.yaml", tiny_rlvr(
+        resumed, max_steps="3", save_steps="2", resume_from_checkpoint=str(full / "ckpt" / "checkpoint-2"),
+        **WARM) + dynamic)
+    assert code == 0 and "resumed from" in out, out
+
+    def comparable(metrics):
+        return {k: v for k, v in metrics.items() if not ("time" in k or "wait" in k or "per_s" in k)}
+
+    expected = comparable(step_metrics(full / "ckpt" / "checkpoint-3", 3))
+    got = comparable(step_metrics(resumed / "ckpt" / "checkpoint-3", 3))
+    assert set(got) == set(expected)
+    mismatched = {k: (expected[k], got[k]) for k in expected if not math.isclose(expected[k], got[k], abs_tol=1e-6)}
+    assert not mismatched, f"step 3 differs after resume: {mismatched}"

@@ -129,6 +129,30 @@ def test_broken_groups_give_up_and_healthy_groups_fill_the_batch(ray_session, to
         assert batch.metrics["rollout/dropped_trajectories/env_error"] >= 2
 
 
+def test_group_filter_replaces_dropped_groups_and_stops_when_nothing_passes(ray_session, tokenizer, test_registry):
+    from roll_core.rollout import RolloutError
+
+    equal_returns = test_registry.get("group_filter", "equal_returns")
+    spec = spec_for(["Counting"], groups=4, group_size=2, per_worker=8, group_filter=equal_returns)
+    with RolloutScheduler(spec, tokenizer) as scheduler:
+        batch = scheduler.get_batch(8, timeout=120)
+        groups = check_groups(batch, 2)
+        assert len(groups) == 4  # the batch is full
+        assert all(len({t.episode_reward for t in members}) == 2 for members in groups.values())  # none filtered
+        m = batch.metrics
+        filtered = m["rollout/filtered_groups/equal_returns"]
+        assert m["rollout/filtered_groups"] == filtered and m["rollout/dropped_trajectories"] == 0
+        assert sum(scheduler.state_dict()["next_episode"]) == 4 + filtered  # episodes played = trained + dropped
+        assert m["rollout/groups_per_trained_group"] == (4 + filtered) / 4
+    # the solver succeeds in every episode: every group's returns are equal, nothing can pass
+    spec = spec_for(["Counting"], groups=2, group_size=2, policy="scripted", group_filter=equal_returns,
+                    max_groups_per_step=6)
+    with RolloutScheduler(spec, tokenizer) as scheduler:
+        with pytest.raises(RolloutError, match=r"0 of 2 groups passed after [56] were consumed, and "
+                           r"max_groups_per_step is 6 \(dropped by reason: equal_returns [56]"):
+            scheduler.get_batch(4, timeout=120)
+
+
 def test_killed_env_manager_is_restarted_and_get_batch_completes(ray_session, tokenizer):
     import ray
 

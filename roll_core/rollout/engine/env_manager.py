@@ -273,6 +273,10 @@ class GroupRunner:
             self.given_up_in_row = 0
             trajectories = [t for m in sorted(slot.results)
                             for t in (slot.results[m] if isinstance(slot.results[m], list) else [slot.results[m]])]
+            reason = self.manager.filter_reason(slot.ticket, trajectories)
+            if reason is not None:  # never reaches the trainer; the queue admits a fresh group instead
+                self.manager.send_release(Release(slot.ticket, reason, filtered=True))
+                return
             self.manager.send_group(GroupResult(slot.ticket, self.env_spec.tag, trajectories))
 
     def _abandon(self, slot: Slot, reason: str, *, backoff: bool = True) -> None:
@@ -320,6 +324,11 @@ class EnvManagerCore:
         for group in self.groups:  # build every env now: a bad env config fails the actor's start
             for member in group.members:
                 member.get_env()
+        self.group_filter = None
+        if spec.group_filter is not None and spec.mode == "train":
+            from roll_core.rollout.engine.group_filters import BoundFilter
+
+            self.group_filter = BoundFilter.load(spec.group_filter)
         self.outbox = Report()
         self.fatal_sent = False
         self.drop_log: dict[str, int] = defaultdict(int)
@@ -384,6 +393,17 @@ class EnvManagerCore:
             self.outbox.fatal = message
             self.fatal_sent = True
         self._outbox_event.set()
+
+    def filter_reason(self, ticket: Ticket, trajectories: list[Trajectory]) -> str | None:
+        """Why the group filter drops this complete group, or None to keep it (a raising filter stops the run)."""
+        if self.group_filter is None:
+            return None
+        try:
+            return self.group_filter.reason(ticket.group_id, ticket.episode_id, trajectories)
+        except Exception as exc:
+            self.fatal(f"the group filter {self.group_filter.name!r} (train_env_manager.group_filter_cls) raised "
+                       f"{type(exc).__name__}: {exc}")
+            return "filter_error"
 
     def send_group(self, group: GroupResult) -> None:
         self.outbox.groups.append(group)

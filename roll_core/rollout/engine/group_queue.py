@@ -27,6 +27,7 @@ from typing import Any
 
 from ray.exceptions import ActorDiedError
 
+from roll_core.rollout.dynamic_sampling import exhausted_message, max_groups
 from roll_core.rollout.engine.admission import make_admission
 from roll_core.rollout.engine.messages import GroupResult, Report, Ticket
 
@@ -39,7 +40,11 @@ class GroupQueue:
     def __init__(self, *, mode: str, num_groups: int, group_size: int, seed_fn: Any,
                  async_generation_ratio: float = 0.0, version: int = 0, watchdog_interval_s: float = 5.0,
                  watchdog_timeout_s: float = 60.0, shared: dict[str, Any] | None = None,
-                 max_episodes_per_group: int | None = None):
+                 max_episodes_per_group: int | None = None, group_filter: str | None = None,
+                 max_groups_per_step: int | None = None):
+        """``group_filter``: the name of the filter env managers apply (None: groups are not filtered);
+        ``max_groups_per_step``: groups one batch may consume, filtered ones included (None: the default
+        of :func:`roll_core.rollout.dynamic_sampling.max_groups`)."""
         self.mode = mode
         self.num_groups = num_groups
         self.group_size = group_size
@@ -57,8 +62,12 @@ class GroupQueue:
         self.waiters: OrderedDict[int, tuple[int, str, asyncio.Future]] = OrderedDict()
         self.tokens: dict[int, str] = {}
         self.drops: dict[str, int] = defaultdict(int)
+        self.group_filter = group_filter
+        self.max_groups_per_step = max_groups_per_step
+        self.filtered: dict[str, int] = defaultdict(int)  # groups the filter dropped since the last batch
         self.attaches: dict[int, int] = defaultdict(int)
         self.workers: list[Any] = []
+        self._enough_at: float | None = None  # when the batch's count of groups had finished, filtered included
         self.last_progress = time.monotonic()  # when an env call, generation or group last completed
         self.last_failure: str | None = None
         self.fatal: str | None = None
@@ -116,7 +125,9 @@ class GroupQueue:
                 if self.given_back.pop(ticket.key, None) is None:
                     continue
                 self.admission.forget(ticket.group_id, ticket.episode_id)
-            if ticket.pass_id == self.pass_id:
+            if release.filtered:
+                self.filtered[release.reason] += 1
+            if ticket.pass_id == self.pass_id:  # a fresh group-episode takes its place
                 self.admission.released(ticket.group_id, ticket.episode_id)
         for group in report.groups:
             self._accept(group)
@@ -202,18 +213,24 @@ class GroupQueue:
             if self.admission.per_pass:
                 groups.sort(key=lambda g: (g.ticket.episode_id, g.ticket.group_id))
             drops, self.drops = dict(self.drops), defaultdict(int)
+            filtered, self.filtered = dict(self.filtered), defaultdict(int)
+            extra = time.monotonic() - self._enough_at if filtered and self._enough_at is not None else 0.0
             return {"groups": groups, "drops": drops, "pass_id": self.pass_id, "version": self.version,
-                    "waited_s": time.monotonic() - started}
+                    "waited_s": time.monotonic() - started, "filtered": filtered, "filter_extra_s": extra}
 
     async def _wait_for(self, num_groups: int, started: float, stall_timeout: float | None) -> str | None:
         """None once ``num_groups`` groups are ready; else why the rollout cannot deliver them."""
         check_s = min(5.0, stall_timeout / 4) if stall_timeout else None
+        self._enough_at = None
         while True:
             self._drop_stale()
             if len(self.ready) >= num_groups:
                 return None
             if self.fatal is not None:
                 return self.fatal
+            exhausted = self._filter_exhausted(num_groups)
+            if exhausted is not None:
+                return exhausted
             idle = time.monotonic() - max(self.last_progress, started)
             if stall_timeout and idle > stall_timeout:
                 return (f"the {self.mode} rollout made no progress for {idle:.0f} s (no env call or generation "
@@ -225,6 +242,37 @@ class GroupQueue:
                 await asyncio.wait_for(self._changed.wait(), check_s)
             except TimeoutError:
                 pass
+
+    def _filter_exhausted(self, num_groups: int) -> str | None:
+        """Why the group filter cannot fill this batch within ``max_groups_per_step``, or None.
+
+        Also notes when as many groups as the batch needs had finished (filtered ones included):
+        the wait from then on is what the filter cost (``rollout/filter_extra_time``).
+        """
+        if self.group_filter is None:
+            return None
+        dropped = sum(self.filtered.values())
+        if self._enough_at is None and dropped and len(self.ready) + dropped >= num_groups:
+            self._enough_at = time.monotonic()
+        limit = max_groups(self.max_groups_per_step, num_groups)
+        if dropped and self._capped():
+            cap = self.admission.max_per_group
+            return (f"the group filter {self.group_filter!r} dropped {dropped} groups and no group may start another "
+                    f"episode this step: every group has started its max_traj_per_env ({cap}) episodes, and "
+                    f"{len(self.ready)} of {num_groups} groups passed. Raise train_env_manager.max_traj_per_env "
+                    "(or set -1) so that dropped groups can be replaced.")
+        if dropped + num_groups <= limit:
+            return None
+        return exhausted_message("groups", f"train_env_manager.group_filter_cls {self.group_filter!r}",
+                                 len(self.ready), num_groups, len(self.ready) + dropped, limit, dict(self.filtered))
+
+    def _capped(self) -> bool:
+        """Nothing runs or is planned and ``max_traj_per_env`` lets no group start another episode."""
+        admission = self.admission
+        if admission.max_per_group is None or self.outstanding:
+            return False
+        planned = getattr(admission, "planned", [0] * admission.num_groups)
+        return not any(planned) and not any(admission.under_cap(g) for g in range(admission.num_groups))
 
     def _drop_stale(self) -> None:
         """Drop complete groups whose oldest turn is more than ``max_staleness`` versions behind.

@@ -66,10 +66,14 @@ class GroupResult:
 
 @dataclass(frozen=True)
 class Release:
-    """The group gave up ``ticket``'s episode (a member kept failing); the queue may admit another."""
+    """The group gave up ``ticket``'s episode (a member kept failing, or its group filter dropped it);
+    the queue may admit another."""
 
     ticket: Ticket
     reason: str
+    #: the group finished but its group filter dropped it (``reason`` is the filter's): counted as
+    #: filtered, not as a failure, and replaced by a fresh group-episode
+    filtered: bool = False
 
 
 @dataclass

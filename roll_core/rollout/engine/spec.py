@@ -90,6 +90,9 @@ class RolloutSpec:
     #: distribution -> version of the run's plugins; env-manager workers check theirs against it
     plugins: Mapping[str, str] = field(default_factory=dict)
     gateway: GatewaySpec = field(default_factory=GatewaySpec)  # used by agent tags only
+    #: the group filter's registration (train only; roll_core.rollout.engine.group_filters), None: keep every group
+    group_filter: Any = None
+    max_groups_per_step: int | None = None  # groups one step may consume while the filter drops some
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -97,6 +97,8 @@ def rollout_spec(run: Run, mode: str = "train", *, policy: str | None = None, **
         stall_timeout_s=manager.stall_timeout_s,
         plugins=dict(run.plugins),
         gateway=gateway_spec(config),
+        group_filter=getattr(run, "group_filter", None) if mode == "train" else None,
+        max_groups_per_step=config.max_groups_per_step,
     )
     values.update(overrides)
     return RolloutSpec(**values)
