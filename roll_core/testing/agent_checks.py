@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.registry import Registry
-from roll_core.testing.env_checks import CheckReport
+from roll_core.testing.env_checks import CheckReport, check_import_light
 
 TAG = "CheckedAgent"
 
@@ -183,9 +183,7 @@ def check_agent(name: str, agent_config: Mapping[str, Any] | None = None, *, see
     checks: list[tuple[str, Callable[[], Any]]] = [("registration and config", resolved)]
     info = manager.get_plugin(reg.plugin) if manager is not None else None
     if info is not None:
-        from roll_core.testing.strategy_checks import _check_light
-
-        checks.append(("entry module stays import-light", lambda: _check_light(info.module)))
+        checks.append(("entry module stays import-light", lambda: check_import_light(info.module)))
     checks += [("has an expert", expert), ("episodes with its expert", episodes), ("seed determinism", determinism),
                ("max_steps=1 ends as a trajectory", refusal)]
     for label, check in checks:
