@@ -156,22 +156,29 @@ def wheels(session: nox.Session) -> None:
             "assert not heavy, f'plugin entry points imported heavy modules: {heavy}'\n"
         )
         session.run(py, "-c", check, external=True)
-    venv = _generated_env_plugin(session, dist, core_wheel)
+    venv = _generated_plugins(session, dist, core_wheel)
     for path in plugin_dirs():
         config = _roll_settings(path).get("wheel-train")
         if config:
             _train_plugin_wheel(session, dist, venv, path, config)
 
 
-def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) -> Path:
-    """What a plugin author does with the published wheels (issue 23): roll-core's wheel in a fresh
-    venv, `roll plugins new env demo_env`, the package's own wheel installed next to it, its tests,
-    `roll plugins show`, and 2 training steps of its starter config. Unlike the loop above this
-    venv gets roll-core's full requirements (torch, ray, transformers): it trains. Returns the venv."""
+#: what `wheels` generates with `roll plugins new KIND NAME` and trains: kind -> (name, a config field
+#: `roll plugins show NAME` must list); each package's starter config is configs/grpo.yaml
+_GENERATED_PLUGINS = {"env": ("demo_env", "goal_reward"), "agent": ("demo_agent", "max_price")}
+
+
+def _generated_plugins(session: nox.Session, dist: Path, core_wheel: Path) -> Path:
+    """What a plugin author does with the published wheels (issues 23, 38): roll-core's wheel in a fresh
+    venv and, for each kind of :data:`_GENERATED_PLUGINS`, `roll plugins new KIND NAME`, the package's
+    own wheel installed next to it, its tests, `roll plugins show`, and 2 training steps of its
+    starter config. Unlike the loop above this venv gets roll-core's full requirements (torch, ray,
+    transformers, the gateway's openai): it trains. One venv for all kinds (installing roll-core is
+    most of the time); returns it."""
     started = time.perf_counter()
-    work = Path(session.create_tmp()).resolve() / "generated-env-plugin"
+    work = Path(session.create_tmp()).resolve() / "generated-plugins"
     shutil.rmtree(work, ignore_errors=True)
-    venv, package = work / "venv", work / "roll-env-demo-env"
+    venv = work / "venv"
     session.run("python", "-m", "venv", str(venv), silent=True)
     py, roll = str(venv / "bin" / "python"), str(venv / "bin" / "roll")
     session.run(py, "-m", "pip", "install", "-q", str(core_wheel), "pytest>=8", external=True)  # what an author has
@@ -180,17 +187,24 @@ def _generated_env_plugin(session: nox.Session, dist: Path, core_wheel: Path) ->
     examples = session.run(roll, "examples", "list", external=True, silent=True, env=TEST_ENV)
     if "examples/frozen_lake/grpo.yaml" not in examples:  # the examples ship in the wheel's data files
         session.error(f"`roll examples list` from the wheel lists no frozen_lake config:\n{examples}")
-    session.run(roll, "plugins", "new", "env", "demo_env", "--dir", str(package), external=True)
-    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist.resolve()), str(package), silent=True)
-    session.run(py, "-m", "pip", "install", "-q", str(next(dist.glob("roll_env_demo_env-*.whl"))), external=True)
-    with session.chdir(package):  # the tests import the installed wheel (src/ is not on sys.path)
-        session.run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", external=True, env=TEST_ENV)
-        shown = session.run(roll, "plugins", "show", "demo_env", external=True, silent=True, env=TEST_ENV)
-        if not ("distribution: roll-env-demo-env 0.1.0" in shown and "goal_reward" in shown):
-            session.error(f"`roll plugins show demo_env` does not show the env's fields:\n{shown}")
-        _train_two_steps(session, venv, "configs/grpo.yaml")
-    session.log(f"generated env plugin: installed from its wheel, tests passed, fields shown, trained 2 steps "
-                f"({installed - started:.0f} s installing roll-core, {time.perf_counter() - installed:.0f} s the rest)")
+    for kind, (name, field) in _GENERATED_PLUGINS.items():
+        began = time.perf_counter()
+        distribution = f"roll-{kind}-{name.replace('_', '-')}"
+        package = work / distribution
+        session.run(roll, "plugins", "new", kind, name, "--dir", str(package), external=True)
+        session.run("python", "-m", "build", "--wheel", "--outdir", str(dist.resolve()), str(package), silent=True)
+        wheel = next(dist.glob(distribution.replace("-", "_") + "-*.whl"))
+        session.run(py, "-m", "pip", "install", "-q", str(wheel), external=True)
+        with session.chdir(package):  # the tests import the installed wheel (src/ is not on sys.path)
+            session.run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", external=True, env=TEST_ENV)
+            shown = session.run(roll, "plugins", "show", name, external=True, silent=True, env=TEST_ENV)
+            if not (f"distribution: {distribution} 0.1.0" in shown and field in shown):
+                session.error(f"`roll plugins show {name}` does not show the {kind}'s fields:\n{shown}")
+            _train_two_steps(session, venv, "configs/grpo.yaml")
+        session.log(f"generated {kind} plugin: installed from its wheel, tests passed, fields shown, trained 2 "
+                    f"steps ({time.perf_counter() - began:.0f} s)")
+    session.log(f"generated plugins: {installed - started:.0f} s installing roll-core, "
+                f"{time.perf_counter() - installed:.0f} s the rest")
     return venv
 
 

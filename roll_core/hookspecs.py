@@ -172,7 +172,14 @@ def roll_register_agents(register):
     ``expert``
         ``"module:function"`` ``expert(task, messages, tools) -> str``, the reply a demonstrator
         would write (a class may define an ``expert`` method instead). It answers the calls of the
-        ``scripted`` rollout policy, which ``warmup_sft`` uses for demonstrations.
+        ``scripted`` rollout policy, which ``warmup_sft`` uses for demonstrations. It returns the
+        raw text to generate (a tool call in the chat template's format, e.g.
+        ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), receives tool-call arguments
+        as dicts, and its replies must fit ``max_tokens_per_step`` whole.
+
+    The full contract (refused calls, how calls become rows) is in docs/authoring.md, "Agents";
+    ``roll plugins new agent NAME`` writes a package to start from, and
+    :func:`roll_core.testing.check_agent` checks one.
 
     Example::
 

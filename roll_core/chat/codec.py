@@ -16,6 +16,9 @@ Message = dict[str, Any]
 
 #: texts (and rendered conversations) a codec remembers; the oldest is forgotten first
 CACHE_SIZE = 512
+#: texts longer than this are tokenised with the GIL released (a thread tokenising a large agent
+#: request then leaves the event loop of its worker free)
+LONG_TEXT = 20_000
 
 
 class ChatCodec:
@@ -77,7 +80,9 @@ class ChatCodec:
             return []
         ids = self._encoded.get(text)
         if ids is None:
-            if self._fast is not None:
+            if self._fast is not None and len(text) > LONG_TEXT:  # tokenizers' batch call releases the GIL
+                ids = tuple(self._fast.encode_batch([text], add_special_tokens=False)[0].ids)
+            elif self._fast is not None:
                 ids = tuple(self._fast.encode(text, add_special_tokens=False).ids)
             else:
                 ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))

@@ -128,11 +128,29 @@ def resolve_play_spec(name: str, config_path: str | None = None) -> PlaySpec:
     try:
         resolve_env(name)
     except UnknownComponentError as exc:
+        error = _not_an_env(name, exc)
         if not custom:
-            raise
-        raise RollError(f"{exc} Nor is it a custom_envs tag of {config_path!r} (those are: "
+            raise error from None
+        raise RollError(f"{error} Nor is it a custom_envs tag of {config_path!r} (those are: "
                         f"{', '.join(custom)}).{did_you_mean(name, custom)}") from None
     return PlaySpec(name, label=name)
+
+
+def _not_an_env(name: str, exc: UnknownComponentError) -> RollError:
+    """An agent's name or tag gets told what plays agents; anything else, did-you-mean over both kinds."""
+    from roll_core.config.resolve import unknown_player
+    from roll_core.plugins import get_registry
+
+    registry = get_registry()
+    try:
+        reg = registry.get("agent", name)
+    except UnknownComponentError:
+        return UnknownComponentError(unknown_player(registry, name, exc))
+    return RollError(
+        f"{name!r} is an agent ({reg.name}, plugin {reg.plugin}), not a text env: `roll env play` steps an env "
+        "turn by turn, and an agent's turns are its own code. To see its episodes as the model sees them, prompts, "
+        "replies and their token counts: `roll rollout CONFIG --policy scripted --dump episodes.jsonl` (its expert "
+        f"plays), or `roll_core.testing.check_agent({reg.name!r})` in a test.")
 
 
 def _parse_overrides(items: list[str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     p_show.set_defaults(func=cmd_show)
     from roll_core.scaffold import KINDS
 
-    p_new = sub.add_parser("new", help="write a new plugin package (env, strategy, reward) that installs and "
+    p_new = sub.add_parser("new", help="write a new plugin package (env, strategy, reward, agent) that installs and "
                                        "passes its own tests", description="Kinds: " + "; ".join(
                                            f"{k}: {v[1]}" for k, v in KINDS.items()))
     p_new.add_argument("kind", choices=list(KINDS), help="what the plugin provides")
@@ -73,8 +73,9 @@ def cmd_new(args) -> int:
     for path in generated.files:
         print(f"  {path.relative_to(root)}")
     print(f"\nnext:\n  cd {root}\n  pip install -e .\n  pytest\n  roll plugins show {generated.names['name']}")
-    print("  roll run configs/grpo.yaml max_steps=2" if args.kind == "env" else
-          "  roll run configs/rlvr.yaml max_steps=2")
+    print({"env": "  roll run configs/grpo.yaml max_steps=2",
+           "agent": "  roll rollout configs/grpo.yaml --policy scripted   # its expert plays; reply token counts\n"
+                    "  roll run configs/grpo.yaml max_steps=2"}.get(args.kind, "  roll run configs/rlvr.yaml max_steps=2"))
     return 0
 
 
@@ -127,6 +128,7 @@ def _component(reg) -> dict:
         from roll_core.envs.binding import agent_config_model
 
         model = agent_config_model(reg)
+        out["expert"] = bool(reg.options.get("expert") or callable(getattr(obj, "expert", None)))
     if model is not None and hasattr(model, "model_fields"):
         out["config_fields"] = config_fields(model, reg.options.get("defaults") or {})
     return out
@@ -165,11 +167,14 @@ def _print_component(c: dict) -> None:
     if "error" in c:
         print(f"(cannot import: {c['error']})")
         return
+    if c["kind"] == "agent":
+        print(f"expert: {'yes' if c.get('expert') else 'none (no scripted policy, no warmup_sft)'}; what its "
+              "replies cost in tokens: `roll rollout CONFIG --policy scripted` (per batch) or check_agent(...)")
     if c["doc"]:
         print("\n" + c["doc"])
     fields = c.get("config_fields")
     if fields:
-        where = "custom_envs.<tag>.env_config" if c["kind"] == "env" else "its config"
+        where = "custom_envs.<tag>.env_config" if c["kind"] in ("env", "agent") else "its config"
         print(f"\nconfig fields ({where}; a preset of this registration is marked *):")
         rows = [(f["name"], f["type"], _default(f), f["description"]) for f in fields]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]

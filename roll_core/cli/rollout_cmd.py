@@ -4,8 +4,10 @@ The rollout pipeline alone, no training: the config's env managers play episodes
 batches, and every batch prints its throughput and env metrics. With the config's model as the
 policy (the default, ROLL's ``llm_proxy.proxy_type: policy``) inference workers are started; with
 ``--policy random`` or ``scripted`` no model is loaded and no GPU backend is needed, so a ROLL
-config written for GPUs rolls out on a laptop. ``--dump`` writes every trajectory (messages,
-responses, rewards, metrics) as one JSON line, for inspection.
+config written for GPUs rolls out on a laptop. Every batch also says, per tag, how many tokens a
+reply took (mean, max, and how many were cut at the per-call cap). ``--dump`` writes every
+trajectory (messages, each turn's prompt and response text, tool-call markup included, with their
+token counts, rewards, metrics) as one JSON line, for inspection.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,7 +88,7 @@ def cmd_rollout(args) -> int:
               f"{batch_size} trajectories per batch; started in {time.perf_counter() - t0:.1f} s", flush=True)
         for index in range(1, args.batches + 1):
             batch = scheduler.get_batch(batch_size, timeout=args.timeout)
-            print(format_batch(index, args.batches, batch.metrics, spec.group_size), flush=True)
+            print(format_batch(index, args.batches, batch.metrics, spec.group_size, batch.trajectories), flush=True)
             if dump is not None:
                 for traj in batch.trajectories:
                     dump.write(json.dumps(trajectory_record(traj, index)) + "\n")
@@ -114,8 +117,9 @@ def open_dump(path: str) -> IO[str]:
                         "choose a file in a writable directory.") from None
 
 
-def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int) -> str:
-    """Two or more lines: throughput and lengths, then the env metrics of each tag."""
+def format_batch(index: int, total: int, metrics: dict[str, float], group_size: int,
+                 trajectories: Sequence[Any] = ()) -> str:
+    """Two or more lines: throughput and lengths, the env metrics of each tag, the replies' token counts."""
     m = metrics
     n = int(m["rollout/trajectories"])
     lines = [
@@ -132,7 +136,24 @@ def format_batch(index: int, total: int, metrics: dict[str, float], group_size: 
         prefix = f"env/{tag}/"  # envs report success, validity, ...; agents what they return, plus calls
         values = " ".join(f"{k[len(prefix):]} {v:.3f}" for k, v in m.items() if k.startswith(prefix))
         lines.append(f"  env/{tag}: {values}")
-    return "\n".join(lines)
+    return "\n".join(lines + reply_lines(trajectories))
+
+
+def reply_lines(trajectories: Sequence[Any]) -> list[str]:
+    """Per tag, what one reply (an env turn, an agent's model call) costs in tokens, end-of-turn
+    included, and how many were cut at the per-call cap (``max_tokens_per_step``)."""
+    by_tag: dict[str, list[Any]] = {}
+    for traj in trajectories:
+        by_tag.setdefault(traj.tag, []).extend(traj.turns)
+    lines = []
+    for tag, turns in sorted(by_tag.items()):
+        if not turns:
+            continue
+        tokens = [len(turn.response_ids) for turn in turns]
+        cut = sum(turn.finish_reason == "length" for turn in turns)
+        lines.append(f"  replies/{tag}: {len(turns)} replies, tokens min {min(tokens)} mean "
+                     f"{sum(tokens) / len(tokens):.1f} max {max(tokens)} | cut at the cap {cut}")
+    return lines
 
 
 def trajectory_record(traj: Any, batch: int) -> dict[str, Any]:

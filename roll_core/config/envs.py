@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll_core.config.base import FreeDict, NoneStr, RollModel, compat
 from roll_core.config.workers import (
@@ -23,6 +23,7 @@ from roll_core.config.workers import (
     TrainingArgs,
     WorkerConfig,
 )
+from roll_core.gateway.exposure import is_loopback, remote_host_error
 
 #: ROLL's default ``group_filter_cls`` class paths (they keep every group): roll's ``keep_all`` filter
 ROLL_KEEP_ALL_FILTERS = ("roll.pipeline.agentic.agentic_pipeline.GroupFilter",
@@ -149,12 +150,20 @@ class EnvManagerConfig(WorkerConfig):
 class AgentGatewayConfig(RollModel):
     """The OpenAI-compatible endpoint agents talk to (one per env-manager worker; see roll_core.gateway)."""
 
-    host: str = Field("127.0.0.1", description="Listen address; loopback unless you mean to expose it.")
+    host: str = Field("127.0.0.1", description="Listen address; anything but loopback needs allow_remote.")
+    allow_remote: bool = Field(False, description="Accept a host other than loopback: the calls and the API key "
+                                                  "then travel in plain HTTP on the network.")
     port: int = Field(0, ge=0, le=65535,
                       description="0: a free port per env-manager worker; else worker i listens on port + i.")
     api_key: str | None = Field(None, description="Bearer key clients must send; unset: a random key per run.")
     model_name: str | None = Field(None, description="The model id served at /v1/models; unset: pretrain.")
     max_request_bytes: int = Field(4 << 20, ge=1024, description="Larger request bodies are refused (413).")
+
+    @model_validator(mode="after")
+    def _loopback_unless_allowed(self) -> AgentGatewayConfig:
+        if not self.allow_remote and not is_loopback(self.host):
+            raise ValueError(remote_host_error(self.host))
+        return self
 
 
 class CustomEnvConfig(RollModel):

@@ -37,7 +37,7 @@ from roll_core.envs.binding import (
     bind_agent_registration,
     bind_env_registration,
 )
-from roll_core.errors import ConfigError, UnknownComponentError, close_matches
+from roll_core.errors import ConfigError, UnknownComponentError, close_matches, did_you_mean
 from roll_core.registry import Registration, Registry
 from roll_core.run import ROLES, AgentBinding, EnvBinding, Run, installed_version
 from roll_core.validation import ConfigWarning, config_error, warn
@@ -52,6 +52,18 @@ def resolve(config: PipelineConfig, *, registry: Registry | None = None,
     trains with is bound.
     """
     return _Resolver(config, _registry(registry), roles).run()
+
+
+def unknown_player(registry: Registry, name: str, env_error: Exception) -> str:
+    """The error for ``name`` that is neither an env nor an agent: did-you-mean over both kinds."""
+    import re
+
+    names = [n for kind in ("env", "agent") for r in registry.all(kind) for n in (r.name, *r.tags)]
+    message = re.sub(r" Did you mean [^?]*\?", "", str(env_error), count=1)
+    message = message.replace(f"Unknown env {name!r}", f"Unknown env or agent {name!r}", 1)
+    head, dot, rest = message.partition(". ")
+    agents = ", ".join(registry.names("agent")) or "none"
+    return f"{head}{dot.strip()}{did_you_mean(name, names)} {rest} Installed agents: {agents}."
 
 
 def _a(word: str) -> str:
@@ -259,8 +271,7 @@ class _Resolver:
             try:
                 reg = self.registry.get("agent", name, config_key=path)
             except UnknownComponentError:
-                agents = ", ".join(self.registry.names("agent")) or "none"
-                raise UnknownComponentError(f"{exc} Installed agents: {agents}.") from None
+                raise UnknownComponentError(unknown_player(self.registry, name, exc)) from None
         else:
             if ("agent", reg.name) in self.registry or ("agent", name) in self.registry:
                 agent = self.registry.get("agent", name if ("agent", name) in self.registry else reg.name)

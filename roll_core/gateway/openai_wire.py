@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 ROLES = ("system", "developer", "user", "assistant", "tool")
 #: OpenAI's limit on ``n``; every choice is one generation
 MAX_CHOICES = 16
+#: deepest nesting of objects and arrays a request body may have (a chat request needs about 8;
+#: deeper bodies are refused before anything recursive walks them)
+MAX_JSON_DEPTH = 64
 
 
 class GatewayError(Exception):
@@ -85,6 +88,10 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    except RecursionError:  # nested beyond what the parser follows
+        raise _too_deep() from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise _too_deep()
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
     try:
@@ -101,6 +108,26 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
                           code="invalid_value") from None
     check_neutral(request)
     return request
+
+
+def _too_deep() -> GatewayError:
+    return bad_request(f"The request body nests objects or arrays more than {MAX_JSON_DEPTH} levels deep.",
+                       code="nested_too_deeply")
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:  # no need to walk further down than the limit
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def check_neutral(request: ChatCompletionRequest) -> None:

@@ -14,9 +14,16 @@ episode gets a :class:`~roll_core.gateway.session.Session` and a base URL of its
     the one served model.
 
 Every request needs ``Authorization: Bearer <the run's API key>``. Bad requests get OpenAI's error
-body with a 4xx status: 400 (invalid or unsupported parameters, malformed tools, prompts beyond
-``sequence_length``), 401 (key), 404 (unknown model or session), 409 (the episode is over),
-413 (a body over ``max_request_bytes``).
+body with a 4xx status: 400 (invalid or unsupported parameters, malformed tools, JSON nested deeper
+than :data:`~roll_core.gateway.openai_wire.MAX_JSON_DEPTH`, prompts beyond ``sequence_length``), 401
+(key), 404 (unknown model or session), 409 (the episode is over), 413 (a body over
+``max_request_bytes``); anything else that goes wrong in the gateway is a 500 with the same body and
+one log line, never a traceback in the run's console.
+
+Large bodies (over :data:`OFFLOAD_BYTES`) are parsed, rendered and tokenised in a few threads of
+the gateway, not on the worker's event loop, which the other episodes of the worker share. A reply is recorded (trained on) only
+when it is delivered: the server watches the connection while the call generates, and a reply
+whose client has gone is discarded and counted (:meth:`~roll_core.gateway.session.Session.discard`).
 """
 
 from __future__ import annotations
@@ -27,13 +34,18 @@ import json
 import logging
 import socket
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from roll_core.chat.codec import ChatCodec
+from roll_core.gateway.exposure import is_loopback, remote_host_error
 from roll_core.gateway.openai_wire import (
     Choice,
     GatewayError,
@@ -46,6 +58,13 @@ from roll_core.gateway.session import Backend, Session, SessionSettings
 from roll_core.gateway.tools import ToolCallParser
 
 logger = logging.getLogger("roll.gateway")
+
+#: threads per gateway that parse, render and tokenise large request bodies (off the event loop)
+PREPARE_THREADS = 4
+#: bodies up to this size are handled on the event loop: a hop to a thread costs more than they do
+#: (about a millisecond a call when the agents' own threads hold the GIL), and rendering them
+#: takes a few milliseconds at most
+OFFLOAD_BYTES = 64 << 10
 
 
 class Gateway:
@@ -61,6 +80,7 @@ class Gateway:
         self.server: Any = None
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self.executor = ThreadPoolExecutor(max_workers=PREPARE_THREADS, thread_name_prefix="roll-gateway")
 
     @property
     def model(self) -> str:
@@ -83,6 +103,7 @@ class Gateway:
                 return
             import uvicorn
 
+            self.check_host()
             port = self.spec.port + self.port_offset if self.spec.port else 0
             family, kind, proto, _, address = socket.getaddrinfo(self.spec.host, port, type=socket.SOCK_STREAM)[0]
             sock = socket.socket(family, kind, proto)
@@ -105,7 +126,24 @@ class Gateway:
                 await asyncio.sleep(0.005)
             logger.info("agent gateway listening on %s", self.base_url)
 
+    def check_host(self) -> None:
+        """Loopback, or an explicit ``allow_remote`` (then a warning): the key travels in plain HTTP."""
+        host = self.spec.host
+        if is_loopback(host):
+            return
+        if not getattr(self.spec, "allow_remote", False):
+            raise PermissionError(remote_host_error(host))
+        logger.warning("the agent gateway listens on %s (agent_gateway.allow_remote): anyone who can reach this "
+                       "machine can call the policy with the run's API key, which travels in plain HTTP; use it "
+                       "on a trusted network only", host)
+
+    async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the gateway's threads (parsing, rendering, tokenising), not on the loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args))
+
     async def stop(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.executor = ThreadPoolExecutor(max_workers=PREPARE_THREADS, thread_name_prefix="roll-gateway")
         if self.server is None:
             return
         self.server.should_exit = True
@@ -157,40 +195,81 @@ class Gateway:
         if length is not None and length.isdigit() and int(length) > limit:
             raise _too_large(int(length), limit)
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(size, limit)
+                chunks.append(chunk)
+        except ClientDisconnect:  # nobody is left to answer
+            raise GatewayError(400, "The client disconnected before sending the whole body.",
+                               code="client_disconnected") from None
         return b"".join(chunks)
 
     async def chat_completions(self, session_id: str, request: Any) -> Any:
         self.check_key(request.headers.get("authorization"))
         session = self.session(session_id)
-        body = parse_request(await self.read_body(request))
+        raw = await self.read_body(request)
+        offload = self.offload if len(raw) > OFFLOAD_BYTES else None
+        body = await offload(parse_request, raw) if offload else parse_request(raw)
         self.check_model(body.model)
-        completion = await session.complete(body)
+        gone = asyncio.ensure_future(_disconnected(request))  # the body is read: only a disconnect is left
+        try:
+            completion = await session.complete(body, offload=offload)
+        finally:
+            left = gone.done()
+            gone.cancel()
+        if left:  # the client went away while the call generated: the reply reaches nobody
+            session.discard(completion)
+            raise GatewayError(400, "The client disconnected before the reply was ready.", code="client_disconnected")
         choices = [self.choice(session, call, bool(body.logprobs)) for call in completion.calls]
         tokens = sum(len(call.completion_ids) for call in completion.calls)
         common = dict(model=self.model, choices=choices, prompt_tokens=completion.prompt_tokens,
                       completion_tokens=tokens, version=completion.version, with_logprobs=bool(body.logprobs))
         if not body.stream:
+            session.commit(completion)  # handed to the open connection now
             return JSONResponse(completion_body(**common))
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         chunks = stream_chunks(**common, include_usage=include_usage)
+        sent = {"done": False}
 
         async def events():
             for chunk in chunks:
                 yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
             yield "data: [DONE]\n\n"
+            sent["done"] = True  # runs once [DONE] was sent and the next chunk asked for
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        def finished() -> None:
+            (session.commit if sent["done"] else session.discard)(completion)
+
+        return DeliveredStream(events(), finished, media_type="text/event-stream")
 
     def choice(self, session: Session, call: Any, logprobs: bool) -> Choice:
         return Choice(index=call.choice, content=call.reply.content, tool_calls=call.reply.tool_calls,
                       finish_reason=call.finish_reason,
                       tokens=session.token_strings(call.completion_ids) if logprobs else [],
                       logprobs=call.logprobs if logprobs else [])
+
+
+class DeliveredStream(StreamingResponse):
+    """A stream that calls ``finished()`` when it ends, sent in full or not (the session decides
+    from what the stream itself saw whether the reply was delivered)."""
+
+    def __init__(self, content: Any, finished: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.finished = finished
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.finished()
+
+
+async def _disconnected(request: Any) -> None:
+    """Returns when the client of ``request`` (whose body was read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _too_large(size: int, limit: int) -> GatewayError:
@@ -226,7 +305,14 @@ def create_app(gateway: Gateway) -> Any:
 
     @app.post("/s/{session_id}/v1/chat/completions")
     async def chat(session_id: str, request: Request):
-        return await gateway.chat_completions(session_id, request)
+        try:
+            return await gateway.chat_completions(session_id, request)
+        except GatewayError:
+            raise
+        except Exception as exc:  # a bug or an input nothing above foresaw: one line, an OpenAI-style 500
+            logger.warning("agent gateway: %s answering %s: %s", type(exc).__name__, request.url.path, exc)
+            raise GatewayError(500, f"The gateway failed on this request ({type(exc).__name__}: {exc}).",
+                               type="server_error", code="internal_error") from None
 
     @app.post("/v1/chat/completions")
     async def chat_without_episode(request: Request):

@@ -2,7 +2,9 @@
 
 A :class:`Session` belongs to one agent episode (its base URL names it). For every request it
 
-1. renders the messages (and ``tools``) with the model's chat template;
+1. validates the body, renders the messages (and ``tools``) with the model's chat template and
+   tokenises them (:meth:`Session.prepare`, run off the event loop by the server: a large body must
+   not stall the other episodes of the worker);
 2. picks the *parent* call: the latest earlier call whose request messages plus the reply it
    returned are the start of this request (the usual multi-turn case). The prompt is then the
    parent's exact token stream (prompt + sampled completion, never re-tokenised) plus the tokens
@@ -10,13 +12,19 @@ A :class:`Session` belongs to one agent episode (its base URL names it). For eve
    (:class:`~roll_core.chat.trajectory.IncrementalPrompt`). Without a parent (the agent rewrote
    or dropped history) the whole render is tokenised afresh;
 3. refuses prompts that leave no room under ``sequence_length`` and calls beyond ``max_steps``
-   (OpenAI-style 400s that also end the episode as truncated, like the env path);
+   with OpenAI-style 400s. A refused request costs nothing: it is not a model call, takes none of
+   the ``max_steps`` calls and shifts no seed. The refusal marks the episode truncated
+   (``end_reason`` ``sequence_length`` / ``max_steps``) unless a later call succeeds (the agent
+   caught the error and, say, summarised its history);
 4. waits while generation is paused (weight sync), generates through its backend with the run's
    sampling settings (request parameters override them in training; validation stays greedy)
    and a per-call seed derived from the episode, and stamps every call with its policy version;
 5. parses tool calls out of the reply (malformed ones stay text and are counted).
 
-:mod:`roll_core.gateway.merge` turns the recorded calls into training samples.
+A reply becomes a recorded call (a training row) only once the server has delivered it
+(:meth:`Session.commit`): a reply whose client went away first (a dropped connection, a cancelled
+stream) is not an action the agent took, so it is counted (``undelivered_calls``) and not trained
+on. :mod:`roll_core.gateway.merge` turns the recorded calls into training samples.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
+
+from jinja2.exceptions import TemplateError
 
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import IncrementalPrompt
@@ -40,6 +51,9 @@ from roll_core.gateway.tools import (
 )
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, SamplingParams
 
+#: end reasons a refused request sets, cleared when a later call of the episode is delivered
+REFUSALS = ("max_steps", "sequence_length")
+
 
 class Backend(Protocol):
     """Who generates: the run's generation scheduler, or a model-free demonstrator."""
@@ -52,7 +66,7 @@ class Backend(Protocol):
 class Call:
     """One generated choice: its prompt and completion tokens, log-probs and policy version."""
 
-    index: int  # order of arrival in the session (the choices of one request are consecutive)
+    index: int  # order of delivery in the session (-1 until committed; a request's choices are consecutive)
     request: int  # the request it answered (the seed stream)
     choice: int
     parent: int | None  # the call whose stream this prompt continues (None: tokenised afresh)
@@ -69,6 +83,7 @@ class Call:
     reply: ParsedReply
     observation: str  # what this call answered (GiGPO's anchor state)
     template_mismatch: bool = False
+    text: str = ""  # the reply as generated, tool-call markup included (no trailing special tokens)
 
     @property
     def reply_key(self) -> tuple:
@@ -81,11 +96,12 @@ class Call:
 
 @dataclass
 class Completion:
-    """What one request produced: a call per choice."""
+    """What one request produced: a call per choice (recorded once delivered: :meth:`Session.commit`)."""
 
     calls: list[Call]
     prompt_tokens: int
     version: int
+    number: int  # the request's number in the episode (its seed stream)
 
 
 @dataclass
@@ -94,6 +110,25 @@ class Prompt:
     text: str
     parent: int | None
     template_mismatch: bool = False
+
+
+@dataclass
+class Prepared:
+    """A request validated, rendered and tokenised (:meth:`Session.prepare`, off the event loop)."""
+
+    request: ChatCompletionRequest
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    stops: tuple[str, ...]
+    prompt: Prompt
+
+
+class Refused(GatewayError):
+    """A 400 that ends the episode as truncated unless a later call succeeds (``end_reason``)."""
+
+    def __init__(self, end_reason: str, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(400, message, param=param, code=code)
+        self.end_reason = end_reason
 
 
 @dataclass
@@ -123,16 +158,21 @@ class Session:
         self.parser = parser
         self.backend = backend
         self.settings = settings
-        self.calls: list[Call] = []
-        self.requests = 0
+        self.calls: list[Call] = []  # delivered replies, in order of delivery: the training rows
+        self.requests = 0  # admitted requests (each is a model call: the seed stream, max_steps)
         self.in_flight = 0
         self.last_activity = time.monotonic()
         self.closed = False
         #: why the episode ended early: max_steps | sequence_length (truncation, rows kept), or a
         #: failure (stale, cancelled, generation_error); None while it runs normally
         self.end_reason: str | None = None
+        self._refused_at = 0  # admitted requests when end_reason was set (later calls clear it)
         self.failure: str | None = None
-        self.counts = {"tool_calls": 0, "malformed_tool_calls": 0, "template_mismatch": 0, "errors": 0}
+        self.error: BaseException | None = None  # what caused the failure, when roll raised it
+        #: refused: 400s that ended the episode; undelivered_calls: replies whose client had gone;
+        #: concurrent_calls: requests admitted while another of the episode was generating
+        self.counts = {"tool_calls": 0, "malformed_tool_calls": 0, "template_mismatch": 0, "errors": 0,
+                       "refused": 0, "undelivered_calls": 0, "concurrent_calls": 0}
         self.changed = asyncio.Event()
         self._tool_support: dict[str, bool] = {}
 
@@ -148,10 +188,12 @@ class Session:
     def truncate(self, reason: str) -> None:
         if self.end_reason is None:
             self.end_reason = reason
+            self._refused_at = self.requests
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, error: BaseException | None = None) -> None:
         if self.failure is None:
             self.failure = reason
+            self.error = error
         self.changed.set()
 
     def close(self) -> None:
@@ -167,31 +209,40 @@ class Session:
             raise GatewayError(409, "this episode was cancelled (its group no longer needs it).",
                                code="episode_cancelled")
 
+    def _check_calls_left(self) -> None:
+        limit = self.settings.max_calls
+        if limit is not None and self.requests >= limit:
+            self._refuse(Refused("max_steps", f"This episode allows {limit} model calls (custom_envs max_steps); "
+                                              "the episode ends here.", code="max_steps_exceeded"))
+
+    def _refuse(self, refusal: Refused) -> None:
+        self.truncate(refusal.end_reason)
+        self.counts["refused"] += 1
+        raise refusal
+
     # -- one request ------------------------------------------------------------------------
-    async def complete(self, request: ChatCompletionRequest) -> Completion:
+    async def complete(self, request: ChatCompletionRequest,
+                       offload: Callable[[Callable[[], Prepared]], Awaitable[Prepared]] | None = None) -> Completion:
+        """Generate the choices of ``request``; ``offload(fn)`` runs the rendering (default: here).
+
+        The calls are not recorded yet: the server commits them once the reply is delivered.
+        """
         self._check_open()
-        messages = normalize_messages(request.messages)
-        tools = normalize_tools(request.tools)
-        stops = stop_strings(request)
-        if tools:
-            self._check_tool_support(tools)
+        self._check_calls_left()  # before rendering: a call over the limit costs nothing
+        try:
+            prepared = await offload(partial(self.prepare, request)) if offload else self.prepare(request)
+        except Refused as refusal:
+            self._refuse(refusal)
+        self._check_open()
+        self._check_calls_left()  # again: concurrent calls of the episode were admitted meanwhile
         s = self.settings
         number = self.requests
         self.requests += 1
-        if s.max_calls is not None and number >= s.max_calls:
-            self.truncate("max_steps")
-            raise bad_request(f"This episode allows {s.max_calls} model calls (custom_envs max_steps); the "
-                              "episode ends here.", code="max_steps_exceeded")
-        prompt = self.prompt(messages, tools)
-        budget = s.sequence_length - len(prompt.ids)
-        if budget < 1:
-            self.truncate("sequence_length")
-            raise bad_request(f"This model's maximum context length is {s.sequence_length} tokens (sequence_length); "
-                              f"the messages take {len(prompt.ids)}. The episode ends here.",
-                              param="messages", code="context_length_exceeded")
+        self.counts["concurrent_calls"] += int(self.in_flight > 0)
+        prompt, budget = prepared.prompt, s.sequence_length - len(prepared.prompt.ids)
         requests = [GenerationRequest(request_id=f"{s.request_prefix}-c{number}" + (f"-{k}" if k else ""),
                                       prompt_ids=list(prompt.ids),
-                                      sampling=self.sampling(request, budget, number, k, stops),
+                                      sampling=self.sampling(request, budget, number, k, prepared.stops),
                                       route_key=s.route_key)
                     for k in range(request.n)]
         self.in_flight += 1
@@ -199,13 +250,15 @@ class Session:
             if s.wait_resumed is not None:
                 await s.wait_resumed()
             self._check_open()
-            outputs = await asyncio.gather(*(self.backend.generate(r, messages, tools) for r in requests))
+            outputs = await asyncio.gather(*(self.backend.generate(r, prepared.messages, prepared.tools)
+                                             for r in requests))
         except GatewayError:
             raise
         except Exception as exc:
-            self.fail("generation_error")
+            self.fail("generation_error", exc)
+            code = getattr(exc, "gateway_code", None) or "generation_error"
             raise GatewayError(500, f"generation failed: {type(exc).__name__}: {exc}", type="server_error",
-                               code="generation_error") from exc
+                               code=code) from exc
         finally:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
@@ -219,8 +272,48 @@ class Session:
             raise GatewayError(409, f"this episode began on policy version {first}; version {version} is too far "
                                     "ahead for it to be trained on (async_generation_ratio).", code="episode_stale")
         self._check_open()
-        return Completion([self._record(number, k, prompt, out, messages, tools, request, stops)
-                           for k, out in enumerate(outputs)], len(prompt.ids), version)
+        calls = [self._call(number, k, prepared, out) for k, out in enumerate(outputs)]
+        return Completion(calls, len(prompt.ids), version, number)
+
+    def prepare(self, request: ChatCompletionRequest) -> Prepared:
+        """Validate, render and tokenise ``request`` (thread-safe: reads the session, changes nothing
+        but a cache). Raises :class:`Refused` when the prompt leaves no room under sequence_length."""
+        messages = normalize_messages(request.messages)
+        tools = normalize_tools(request.tools)
+        stops = stop_strings(request)
+        if tools:
+            self._check_tool_support(tools)
+        limit = self.settings.sequence_length
+        if len(messages) >= limit:  # every message renders to at least one token: refused unrendered
+            raise self._too_long(f"{len(messages)} messages (at least one token each)")
+        try:
+            prompt = self.prompt(messages, tools)
+        except TemplateError as exc:
+            raise bad_request(f"The model's chat template refused these messages: {exc}", param="messages",
+                              code="template_error") from None
+        if limit - len(prompt.ids) < 1:
+            raise self._too_long(f"{len(prompt.ids)} tokens")
+        return Prepared(request, messages, tools, stops, prompt)
+
+    def _too_long(self, size: str) -> Refused:
+        return Refused("sequence_length", f"This model's maximum context length is {self.settings.sequence_length} "
+                                          f"tokens (sequence_length); the messages take {size}.",
+                       param="messages", code="context_length_exceeded")
+
+    def commit(self, completion: Completion) -> None:
+        """Record ``completion``'s calls: their reply reached the agent."""
+        for call in completion.calls:
+            call.index = len(self.calls)
+            self.calls.append(call)
+            self.counts["tool_calls"] += len(call.reply.tool_calls)
+            self.counts["malformed_tool_calls"] += int(call.reply.malformed)
+            self.counts["template_mismatch"] += int(call.template_mismatch)
+        if self.end_reason in REFUSALS and completion.number >= self._refused_at:
+            self.end_reason = None  # the agent got past the refusal (it shortened its history, say)
+
+    def discard(self, completion: Completion) -> None:
+        """``completion`` never reached the agent: not an action it took, so not trained on (counted)."""
+        self.counts["undelivered_calls"] += len(completion.calls)
 
     def _check_tool_support(self, tools: list[dict[str, Any]]) -> None:
         key = tools_key(tools)
@@ -238,7 +331,7 @@ class Session:
         """The prompt tokens of ``messages``: a parent call's stream continued, or a fresh render."""
         keys = [message_key(m) for m in messages]
         tkey = tools_key(tools)
-        for call in reversed(self.calls):
+        for call in reversed(list(self.calls)):
             n = len(call.message_keys)
             if (call.tools_key == tkey and len(keys) > n and keys[n] == call.reply_key
                     and keys[:n] == call.message_keys):
@@ -271,28 +364,25 @@ class Session:
         return replace(s.sampling, max_new_tokens=min(caps), stop_strings=s.sampling.stop_strings + stops,
                        seed=seed, **values)
 
-    def _record(self, number: int, choice: int, prompt: Prompt, output: GenerationOutput,
-                messages: list[dict[str, Any]], tools: list[dict[str, Any]], request: ChatCompletionRequest,
-                stops: tuple[str, ...]) -> Call:
+    def _call(self, number: int, choice: int, prepared: Prepared, output: GenerationOutput) -> Call:
+        """One generated choice as a call (indexed and counted when committed)."""
+        prompt, request, messages, tools = prepared.prompt, prepared.request, prepared.messages, prepared.tools
         ids = list(output.token_ids)
         full_text, text = self.codec.response_texts(ids)
-        cut = min((i for i in (text.find(stop) for stop in stops) if i >= 0), default=-1)
+        generated = text
+        cut = min((i for i in (text.find(stop) for stop in prepared.stops) if i >= 0), default=-1)
         if cut >= 0:  # OpenAI leaves the stop sequence out of the content
             text = text[:cut]
         parse = tools and request.tool_choice != "none"
         reply = self.parser.parse(text, prefix=prompt.text, tools=tools) if parse else ParsedReply(text)
-        self.counts["tool_calls"] += len(reply.tool_calls)
-        self.counts["malformed_tool_calls"] += int(reply.malformed)
-        self.counts["template_mismatch"] += int(prompt.template_mismatch)
         finish = "length" if output.finish_reason == "length" else ("tool_calls" if reply.tool_calls else "stop")
-        call = Call(index=len(self.calls), request=number, choice=choice, parent=prompt.parent,
+        return Call(index=-1, request=number, choice=choice, parent=prompt.parent,
                     prompt_ids=list(prompt.ids), prompt_text=prompt.text, completion_ids=ids,
                     completion_text=full_text, logprobs=[float(x) for x in output.logprobs],
                     version=int(output.policy_version), finish_reason=finish, messages=messages,
                     message_keys=[message_key(m) for m in messages], tools_key=tools_key(tools), reply=reply,
-                    observation=observation(messages, request.metadata), template_mismatch=prompt.template_mismatch)
-        self.calls.append(call)
-        return call
+                    observation=observation(messages, request.metadata), template_mismatch=prompt.template_mismatch,
+                    text=generated)
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         return [self.codec.decode([i]) for i in ids]

@@ -53,6 +53,9 @@ def normalize_messages(raw: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         content = _text_content(message.get("content"), f"{where}.content")
         item: dict[str, Any] = {"role": "system" if role == "developer" else role}
         calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is not None and not isinstance(calls, list):
+            raise bad_request(f"{where}.tool_calls must be a list of tool calls, got {type(calls).__name__}.",
+                              param=f"{where}.tool_calls")
         if calls:
             item["content"] = content or ""
             item["tool_calls"] = [_tool_call(call, f"{where}.tool_calls[{k}]") for k, call in enumerate(calls)]

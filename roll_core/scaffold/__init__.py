@@ -1,6 +1,6 @@
 """``roll plugins new KIND NAME``: a ready plugin package, written from the templates next to this file.
 
-Every kind (``env``, ``strategy``, ``reward``) gets a pyproject with the ``roll`` entry point, the
+Every kind (``env``, ``strategy``, ``reward``, ``agent``) gets a pyproject with the ``roll`` entry point, the
 component and its registration, tests that use roll's pytest plugin, a README and a starter config;
 the package installs with ``pip install -e DIR`` and passes its own tests unchanged, so an author
 starts from something that works and changes it one step at a time.
@@ -25,6 +25,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "env": ("roll-env", "a text environment (TextEnv subclass, config model, solver)"),
     "strategy": ("roll-strategy", "an inference backend (InferStrategy, starting as roll's hf_infer)"),
     "reward": ("roll-reward", "an RLVR reward function"),
+    "agent": ("roll-agent", "an agent written against the OpenAI API (a tool, an expert, multi-turn)"),
 }
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -51,13 +52,13 @@ def names(kind: str, name: str) -> dict[str, str]:
     prefix = KINDS[kind][0]
     camel = "".join(part.capitalize() for part in name.split("_"))
     distribution = f"{prefix}-{name.replace('_', '-')}"
-    suffix = {"env": "Env", "strategy": "Strategy", "reward": ""}[kind]
+    suffix = {"env": "Env", "strategy": "Strategy", "reward": "", "agent": "Agent"}[kind]
     return {
         "name": name,  # what a config selects: env_type / strategy_name / reward_type
         "distribution": distribution,
         "package": distribution.replace("-", "_"),
         "camel": camel,
-        "tag": camel,  # the env's tag (train_env_manager.tags)
+        "tag": camel,  # the env's or agent's tag (train_env_manager.tags)
         "cls": camel if camel.endswith(suffix) else camel + suffix,
         "config_cls": (camel if camel.endswith(suffix) else camel + suffix) + "Config",
         "title": name.replace("_", " "),

@@ -18,6 +18,14 @@ def roll_check_env():
 
 
 @pytest.fixture
+def roll_check_agent():
+    """:func:`roll_core.testing.check_agent`: ``roll_check_agent("my_agent")`` plays it with its expert."""
+    from roll_core.testing import check_agent
+
+    return check_agent
+
+
+@pytest.fixture
 def roll_check_strategy():
     """:func:`roll_core.testing.check_strategy`: ``roll_check_strategy("my_backend", missing=("lib",))``."""
     from roll_core.testing import check_strategy

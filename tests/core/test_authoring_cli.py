@@ -104,10 +104,12 @@ def test_examples_list_names_each_config_and_the_plugins_it_needs(capsys):
     ("env", "demo_env", "roll_env_demo_env", 7),
     ("strategy", "demo_infer", "roll_strategy_demo_infer", 6),
     ("reward", "demo_match", "roll_reward_demo_match", 10),
+    ("agent", "demo_agent", "roll_agent_demo_agent", 5),
 ])
 def test_a_generated_package_passes_its_own_tests_unchanged(tmp_path, capsys, kind, name, package, expected):
     """The generated tests run against the generated code (found through ROLL_PLUGINS here; the
-    `wheels` nox session installs an env package from its wheel into a fresh venv and trains it)."""
+    `wheels` nox session installs the env and agent packages from their wheels into a fresh venv
+    and trains each 2 steps)."""
     import os
     import subprocess
     import sys
@@ -118,7 +120,10 @@ def test_a_generated_package_passes_its_own_tests_unchanged(tmp_path, capsys, ki
     pyproject = (root / "pyproject.toml").read_text()
     assert f'{name} = "{package}.plugin"' in pyproject and "[project.entry-points.roll]" in pyproject
     assert not list(root.rglob("*.tmpl")) and "{{" not in "".join(p.read_text() for p in root.rglob("*.py"))
-    env = {**os.environ, "PYTHONPATH": str(root / "src"), "ROLL_PLUGINS": f"{package}.plugin",
+    import roll_core
+
+    core = Path(roll_core.__file__).resolve().parents[1]  # the roll-core under test, not whatever is installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(core)]), "ROLL_PLUGINS": f"{package}.plugin",
            "ROLL_DISABLE_PLUGIN_AUTOLOAD": "1"}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=root, env=env,
                             capture_output=True, text=True, timeout=600)

@@ -15,72 +15,12 @@ import time
 
 import openai
 import pytest
+from gateway_helpers import MODEL, TOOLS, Served, status
 
 from roll_core.gateway.merge import merge_calls
 from roll_core.gateway.openai_wire import ChatCompletionRequest
-from roll_core.gateway.server import Gateway
-from roll_core.gateway.session import SessionSettings
-from roll_core.rollout.agents.agent import Agent, AgentTask, ExpertBackend
 from roll_core.rollout.engine.spec import GatewaySpec
 from roll_core.strategies.base import SamplingParams
-
-MODEL = "roll-tiny"
-TOOLS = [{"type": "function", "function": {
-    "name": "calc", "description": "Evaluate arithmetic",
-    "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
-TASK = AgentTask(seed=1, config={}, model=MODEL, tag="T", mode="train", group_id=0, episode_id=0, member=0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from roll_core.models.policy_tokenizer import tiny_tokenizer
-
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def codec(tokenizer):
-    from roll_core.chat.codec import ChatCodec
-
-    return ChatCodec(tokenizer)
-
-
-class Served:
-    """A gateway in its own event-loop thread, and helpers to open sessions on it."""
-
-    def __init__(self, codec, spec=None, port_offset=0, **settings):
-        self.codec = codec
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.gateway = Gateway(spec or GatewaySpec(model_name=MODEL, **settings), codec, port_offset=port_offset)
-        self.call(self.gateway.start())
-
-    def call(self, coroutine, timeout=30):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
-
-    def session(self, replies, *, sequence_length=2048, **settings):
-        replies = iter(replies)
-        agent = Agent("scripted", run=None, expert=lambda task, messages, tools: next(replies), reward=None)
-        backend = ExpertBackend(agent, TASK, self.codec, version=3)
-        values = dict(sequence_length=sequence_length, sampling=SamplingParams(max_new_tokens=96),
-                      seed=lambda number, choice: 1000 + 10 * number + choice)
-        values.update(settings)
-        session = self.gateway.open_session(backend, SessionSettings(**values))
-        client = openai.OpenAI(base_url=self.gateway.url(session), api_key=self.gateway.spec.api_key, max_retries=0)
-        return session, client
-
-    def close(self):
-        self.call(self.gateway.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
-@pytest.fixture(scope="module")
-def served(codec):
-    served = Served(codec, max_request_bytes=64 * 1024)
-    yield served
-    served.close()
 
 
 def test_tool_calls_round_trip_through_the_template(served, codec):
@@ -166,42 +106,36 @@ def test_streaming_and_logprobs(served, codec):
     assert client.models.list().data[0].id == MODEL
 
 
-def _status(call) -> tuple[int, str | None]:
-    with pytest.raises(openai.APIStatusError) as info:
-        call()
-    return info.value.status_code, (info.value.body or {}).get("code")
-
-
 def test_bad_requests_get_openai_errors(served):
     session, client = served.session(["x"] * 8, sequence_length=40, max_calls=3)
     user = [{"role": "user", "content": "hi"}]
     ask = client.chat.completions.create
-    assert _status(lambda: ask(model="gpt-4o", messages=user)) == (404, "model_not_found")
-    assert _status(lambda: ask(model=MODEL, messages=user, temperature=3)) == (400, "invalid_value")
-    assert _status(lambda: ask(model=MODEL, messages=user, extra_body={"guided_json": {}}))[0] == 400
-    assert _status(lambda: ask(model=MODEL, messages=user, frequency_penalty=0.5)) == (400, "unsupported_parameter")
-    assert _status(lambda: ask(model=MODEL, messages=user, tools=TOOLS, tool_choice="required"))[0] == 400
-    assert _status(lambda: ask(model=MODEL, messages=user, tools=[{"type": "function", "function": {}}]))[0] == 400
-    assert _status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": [
+    assert status(lambda: ask(model="gpt-4o", messages=user)) == (404, "model_not_found")
+    assert status(lambda: ask(model=MODEL, messages=user, temperature=3)) == (400, "invalid_value")
+    assert status(lambda: ask(model=MODEL, messages=user, extra_body={"guided_json": {}}))[0] == 400
+    assert status(lambda: ask(model=MODEL, messages=user, frequency_penalty=0.5)) == (400, "unsupported_parameter")
+    assert status(lambda: ask(model=MODEL, messages=user, tools=TOOLS, tool_choice="required"))[0] == 400
+    assert status(lambda: ask(model=MODEL, messages=user, tools=[{"type": "function", "function": {}}]))[0] == 400
+    assert status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x"}}]}]))[0] == 400
-    assert _status(lambda: ask(model=MODEL, messages=[{"role": "robot", "content": "hi"}]))[0] == 400
-    assert _status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": "hi " * 60000}])) == (
+    assert status(lambda: ask(model=MODEL, messages=[{"role": "robot", "content": "hi"}]))[0] == 400
+    assert status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": "hi " * 60000}])) == (
         413, "request_too_large")
     assert session.calls == [] and session.end_reason is None  # refused requests cost nothing
-    assert _status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": "tell me " * 20}])) == (
+    assert status(lambda: ask(model=MODEL, messages=[{"role": "user", "content": "tell me " * 20}])) == (
         400, "context_length_exceeded")
     assert session.end_reason == "sequence_length"  # the episode ends there, truncated (rows kept)
     wrong_key = openai.OpenAI(base_url=str(client.base_url), api_key="roll-guess", max_retries=0)
-    assert _status(lambda: wrong_key.chat.completions.create(model=MODEL, messages=user)) == (401, "invalid_api_key")
+    assert status(lambda: wrong_key.chat.completions.create(model=MODEL, messages=user)) == (401, "invalid_api_key")
     served.gateway.close_session(session)
-    assert _status(lambda: ask(model=MODEL, messages=user)) == (404, "session_not_found")
+    assert status(lambda: ask(model=MODEL, messages=user)) == (404, "session_not_found")
 
 
 def test_calls_beyond_max_steps_are_refused_and_end_the_episode(served):
     session, client = served.session(["a", "b", "c"], max_calls=2)
     for _ in range(2):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
-    assert _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
                    ) == (400, "max_steps_exceeded")
     assert session.end_reason == "max_steps" and len(session.calls) == 2
 
@@ -216,9 +150,9 @@ def test_templates_that_cannot_render_tools_are_refused(tokenizer):
     other = Served(ChatCodec(plain))
     try:
         session, client = other.session(["x"])
-        status = _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+        refused = status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                                                 tools=TOOLS))
-        assert status == (400, "tools_not_supported")
+        assert refused == (400, "tools_not_supported")
         assert other.gateway.parser.supported is False
     finally:
         other.close()
@@ -262,13 +196,13 @@ def test_stale_and_cancelled_episodes_are_stopped(served):
     session, client = served.session(["a", "b"], stale=lambda first, latest: latest - first > 1)
     client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
     session.backend.version = 5  # new weights arrived: the episode's first call is now too old (k=1)
-    assert _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
                    ) == (409, "episode_stale")
     assert session.failure == "stale" and len(session.calls) == 1  # the stale call is not recorded
     gone = {"cancelled": False}
     session, client = served.session(["a"], cancelled=lambda: gone["cancelled"])
     gone["cancelled"] = True  # the group completed without this episode
-    assert _status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert status(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
                    ) == (409, "episode_cancelled")
     assert session.failure == "cancelled" and session.calls == []
 
@@ -295,7 +229,7 @@ def test_agent_gateway_config_reaches_the_gateway(codec):
         assert client.api_key == "secret"
         reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
         assert reply.model == "policy"
-        assert _status(lambda: client.chat.completions.create(model="policy", messages=[
+        assert status(lambda: client.chat.completions.create(model="policy", messages=[
             {"role": "user", "content": "x" * 3000}])) == (413, "request_too_large")
     finally:
         served.close()

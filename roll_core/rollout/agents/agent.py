@@ -31,7 +31,7 @@ from typing import Any
 
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import Trajectory, Turn
-from roll_core.errors import PluginError
+from roll_core.errors import ConfigError, PluginError
 from roll_core.gateway.merge import merge_calls
 from roll_core.gateway.session import Session, SessionSettings
 from roll_core.rollout.engine.episode import EpisodeCancelled, EpisodeFailure, EpisodeStale, turn_sampling
@@ -47,6 +47,8 @@ logger = logging.getLogger("roll.rollout")
 WATCH_INTERVAL_S = 1.0
 #: threads for agents written as plain (synchronous) functions, per env-manager worker
 MAX_AGENT_THREADS = 32
+#: a session's counts that every agent trajectory reports as metrics (``env/<tag>/<name>``)
+EPISODE_COUNTS = ("tool_calls", "malformed_tool_calls", "refused", "undelivered_calls", "concurrent_calls")
 
 
 @dataclass(frozen=True)
@@ -168,21 +170,40 @@ class ModelBackend:
         return await self.scheduler.generate.remote(request)
 
 
+class ExpertReplyTooLong(ConfigError):
+    """The expert wrote a reply longer than a call may be: every demonstration would be cut off."""
+
+    gateway_code = "expert_reply_too_long"
+
+
 class ExpertBackend:
     """Calls answered by the agent's expert (the ``scripted`` policy of agent tags): its reply text,
-    tokenised and closed with the end-of-turn token like a model reply that stopped by itself."""
+    tokenised and closed with the end-of-turn token like a model reply that stopped by itself.
 
-    def __init__(self, agent: Agent, task: AgentTask, codec: ChatCodec, version: int):
+    A reply longer than ``cap`` (the tag's per-call cap: ``max_tokens_per_step`` or
+    ``generating_args.max_new_tokens``) is a configuration error, not a demonstration: cut there it
+    would teach the model a broken reply (a tool call without its end). Cut by the room left under
+    ``sequence_length`` instead, it ends like a model reply that ran out of context.
+    """
+
+    def __init__(self, agent: Agent, task: AgentTask, codec: ChatCodec, version: int, cap: int | None = None):
         if agent.expert_fn is None:
             raise EpisodeFailure("agent_error", f"the agent {agent.name!r} has no expert, so the scripted policy "
                                                 "cannot play it (define expert(task, messages, tools) -> str)")
-        self.agent, self.task, self.codec, self.version = agent, task, codec, version
+        self.agent, self.task, self.codec, self.version, self.cap = agent, task, codec, version, cap
 
     async def generate(self, request: GenerationRequest, messages, tools) -> GenerationOutput:
         text = self.agent.expert_fn(self.task, messages, tools)
         if inspect.isawaitable(text):
             text = await text
         ids = self.codec.encode(str(text)) + self.codec.end_of_turn_ids
+        if self.cap is not None and len(ids) > self.cap:
+            raise ExpertReplyTooLong(
+                f"the expert of agent {self.agent.name!r} (tag {self.task.tag!r}) wrote a reply of {len(ids)} tokens "
+                f"(end-of-turn included), but a call may generate at most {self.cap} "
+                f"(custom_envs.{self.task.tag}.max_tokens_per_step, or actor_infer.generating_args.max_new_tokens): "
+                f"cut there, every such demonstration would be a broken reply. Raise the cap to at least "
+                f"{len(ids)}, or shorten the expert's replies. The reply began: {str(text)[:80]!r}")
         limit = request.sampling.max_new_tokens
         finish = "stop"
         if len(ids) > limit:
@@ -252,7 +273,7 @@ class AgentRuntime:
             wait_resumed=self.wait_resumed, cancelled=cancelled, stale=stale)
         task = self.task(env_spec, ticket, member)
         backend = (ModelBackend(self.generate_scheduler) if policy_needs_model(spec.policy)
-                   else ExpertBackend(agent, task, self.codec, ticket.version))
+                   else ExpertBackend(agent, task, self.codec, ticket.version, cap=settings.sampling.max_new_tokens))
         session = self.gateway.open_session(backend, settings, label=traj_id)
         try:
             result = await self._run(agent, task, session, cancelled)
@@ -280,6 +301,8 @@ class AgentRuntime:
             if not runner.done():
                 runner.cancel()
                 await asyncio.gather(runner, return_exceptions=True)
+        if runner.done() and not runner.cancelled():
+            runner.exception()  # retrieved: the failure below says what happened
         failure = session.failure
         if failure == "cancelled" or cancelled():
             raise EpisodeCancelled()
@@ -288,12 +311,14 @@ class AgentRuntime:
         if failure == "timeout":
             raise EpisodeFailure("timeout", f"the agent {agent.name!r} spent more than {timeout} s in its own code "
                                             "between model calls (step_timeout_s)")
+        if isinstance(session.error, ConfigError):  # no retry can succeed: the run stops with it
+            raise session.error
         if failure is not None:
             raise EpisodeFailure(failure, f"episode {session.id}: {failure}")
         error = runner.exception()
         if error is not None:
             if session.end_reason is not None:  # it gave up on a refused call: a truncated episode
-                return AgentResult(truncated=True)
+                return AgentResult(truncated=True, metrics={"uncaught_refusal": 1.0})
             raise EpisodeFailure("agent_error", f"the agent {agent.name!r} raised {type(error).__name__}: {error}"
                                  ) from error
         try:
@@ -317,7 +342,9 @@ class AgentRuntime:
                 raise EpisodeFailure("agent_error", f"the agent {agent.name!r} returned no reward, and "
                                                     f"custom_envs.{env_spec.tag}.reward names no reward function")
             reward = 0.0
-        requests = last.request + 1
+        # the model calls the agent received (a request whose reply was never delivered is no step)
+        step_of = {number: k for k, number in enumerate(sorted({call.request for call in calls}))}
+        requests = len(step_of)
         if result.step_rewards is not None and len(result.step_rewards) != requests:
             raise EpisodeFailure("agent_error", f"the agent {agent.name!r} returned {len(result.step_rewards)} "
                                                 f"step_rewards for {requests} model calls")
@@ -326,8 +353,7 @@ class AgentRuntime:
         end_reason = session.end_reason or ("max_steps" if result.truncated else "terminated")
         samples = merge_calls(calls)
         metrics = {**result.metrics, "calls": float(requests), "samples": float(len(samples)),
-                   "tool_calls": float(session.counts["tool_calls"]),
-                   "malformed_tool_calls": float(session.counts["malformed_tool_calls"])}
+                   **{name: float(session.counts[name]) for name in EPISODE_COUNTS}}
         metrics.setdefault("success", float(reward > 0))  # unless the agent says: a positive reward
         out = []
         for k, sample in enumerate(samples):
@@ -340,7 +366,7 @@ class AgentRuntime:
                                   logprobs=list(call.logprobs), version=call.version,
                                   finish_reason="length" if call.finish_reason == "length" else "stop",
                                   observation=call.observation, prompt_text=text,
-                                  response_text=call.reply.content or "", reward=float(steps[call.request])))
+                                  response_text=call.text, reward=float(steps[step_of[call.request]])))
                 before = call.prompt_text + call.completion_text
             out.append(Trajectory(
                 traj_id=traj_id if k == 0 else f"{traj_id}-s{k}",

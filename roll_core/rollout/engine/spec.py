@@ -54,6 +54,7 @@ class GatewaySpec:
 
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free port; else env-manager worker i listens on port + i
+    allow_remote: bool = False  # a host other than loopback is refused without it
     api_key: str = field(default_factory=new_api_key, repr=False)  # a new one per rollout unless the config sets one
     model_name: str = "policy"  # the id /v1/models serves and requests must name
     max_request_bytes: int = 4 << 20

@@ -51,7 +51,8 @@ def gateway_spec(config: Any) -> GatewaySpec:
     from roll_core.run import model_path
 
     gateway = config.agent_gateway
-    values: dict[str, Any] = dict(host=gateway.host, port=gateway.port, max_request_bytes=gateway.max_request_bytes,
+    values: dict[str, Any] = dict(host=gateway.host, port=gateway.port, allow_remote=gateway.allow_remote,
+                                  max_request_bytes=gateway.max_request_bytes,
                                   model_name=gateway.model_name or model_path(config, "actor_infer", required=False)
                                   or "policy")
     if gateway.api_key:
