@@ -285,7 +285,8 @@ def demo(session: nox.Session) -> None:
 # -- benchmarks: programs printing ratios measured side by side (docs/benchmarks.md), not tests ---------
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
-BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway", "priority", "packing")
+BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway", "priority",
+                  "packing", "partial_rollout")
 
 
 @nox.session(python=PYTHON)

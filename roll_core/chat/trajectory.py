@@ -41,13 +41,20 @@ class Turn:
     prompt_ids: list[int]  # IncrementalPrompt: the delta p_k; WindowedPrompt: the whole prompt
     response_ids: list[int]
     logprobs: list[float]  # sampling log-prob of each response token
-    version: int  # policy version that generated the response
+    version: int  # policy version that generated the response's first token (its turn start)
     finish_reason: str
     observation: str  # the observation this action answered (GiGPO's anchor state)
     prompt_text: str = ""
     response_text: str = ""  # decoded without special tokens: what the env parsed
     reward: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    #: version of each response token when a weight sync split the response (partial rollout);
+    #: ``None``: every token is ``version``
+    token_versions: list[int] | None = None
+
+    def versions(self) -> list[int]:
+        """The policy version of each response token."""
+        return list(self.token_versions) if self.token_versions is not None else [self.version] * len(self.response_ids)
 
 
 @dataclass
@@ -83,7 +90,7 @@ class Trajectory:
 
     @property
     def max_version(self) -> int:
-        return max((t.version for t in self.turns), default=-1)
+        return max((max(t.versions(), default=t.version) for t in self.turns), default=-1)
 
     @property
     def response_length(self) -> int:

@@ -75,6 +75,12 @@ class RunSettings(RollModel):
     async_generation_ratio: int = Field(
         0, ge=0, description="0: synchronous; k: rollouts may lag the policy by up to k versions."
     )
+    partial_rollout: bool = Field(
+        True, description="What a weight sync of async training does to a request being generated: True "
+        "keeps its tokens (with their log-probs and versions) and continues it from prompt + partial response on "
+        "the new weights; False throws them away and regenerates it. ROLL collects the unfinished outputs "
+        "whenever async_generation_ratio > 0 (collect_non_finish); synchronous runs never sync mid-generation."
+    )
     max_running_requests: int = Field(128, ge=1)
     is_num_return_sequences_expand: bool = False
     num_nodes: int = compat(1, "The Ray cluster's nodes are used as they are.")

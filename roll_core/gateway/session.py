@@ -84,6 +84,7 @@ class Call:
     observation: str  # what this call answered (GiGPO's anchor state)
     template_mismatch: bool = False
     text: str = ""  # the reply as generated, tool-call markup included (no trailing special tokens)
+    token_versions: list[int] | None = None  # per completion token, when a weight sync split it
 
     @property
     def reply_key(self) -> tuple:
@@ -265,9 +266,11 @@ class Session:
         if any(o.finish_reason == "abort" for o in outputs):
             self.fail("generation_aborted")
             raise GatewayError(500, "generation was aborted", type="server_error", code="generation_aborted")
-        version = max(int(o.policy_version) for o in outputs)
+        # the newest token's version; the episode's start: its oldest turn start (first token)
+        version = max(max(o.versions(), default=int(o.policy_version)) for o in outputs)
+        start = min(int(o.policy_version) for o in outputs)
         first = self.first_version
-        if s.stale is not None and s.stale(min(first, version) if first is not None else version, version):
+        if s.stale is not None and s.stale(min(first, start) if first is not None else start, version):
             self.fail("stale")
             raise GatewayError(409, f"this episode began on policy version {first}; version {version} is too far "
                                     "ahead for it to be trained on (async_generation_ratio).", code="episode_stale")
@@ -382,7 +385,8 @@ class Session:
                     version=int(output.policy_version), finish_reason=finish, messages=messages,
                     message_keys=[message_key(m) for m in messages], tools_key=tools_key(tools), reply=reply,
                     observation=observation(messages, request.metadata), template_mismatch=prompt.template_mismatch,
-                    text=generated)
+                    text=generated,
+                    token_versions=None if output.token_versions is None else list(output.token_versions))
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         return [self.codec.decode([i]) for i in ids]

@@ -17,7 +17,7 @@ class StepBatch:
     """What one training step trains on.
 
     ``data`` holds the training rows as one dict: ``input_ids``, ``attention_mask``,
-    ``response_mask`` ``[B, L]``, ``infer_log_probs`` (label-aligned), ``scores`` and the grouping
+    ``response_mask`` ``[B, L]``, ``infer_log_probs`` and ``token_versions`` (label-aligned), ``scores`` and the grouping
     keys the estimator reads, plus per-row lists; rows in a canonical order (independent of which
     env or request finished first). ``metrics`` are the rollout's metrics of the step; ``items``
     the trajectories (agentic) or samples (RLVR) the rows came from, kept for inspection.

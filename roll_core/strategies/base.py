@@ -58,7 +58,16 @@ class GenerationOutput:
     token_ids: list[int]  # generated tokens, including the stop token when one was produced
     logprobs: list[float]  # sampling log-prob of each generated token under the sampling policy
     finish_reason: FinishReason
-    policy_version: int
+    policy_version: int  # the version that generated the first token (the oldest; see token_versions)
+    #: the policy version of each generated token; ``None``: all ``policy_version``. A response
+    #: interrupted by a weight sync and continued on the new weights (partial rollout) mixes versions.
+    token_versions: list[int] | None = None
+
+    def versions(self) -> list[int]:
+        """The policy version of each generated token."""
+        if self.token_versions is not None:
+            return list(self.token_versions)
+        return [int(self.policy_version)] * len(self.token_ids)
 
 
 #: ``loss_fn(micro_batch, log_probs, entropy) -> (loss, metrics)``: ``log_probs``/``entropy`` are the

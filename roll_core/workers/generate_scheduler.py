@@ -7,8 +7,17 @@ worker runs one batch at a time; requests of the same env (``route_key``) always
 worker, so a worker with a prefix cache sees the growing conversation of an env every turn.
 
 ``pause`` holds dispatching (running batches finish), ``abort`` also stops running batches: the
-aborted requests are queued again and regenerated after ``resume``, so env loops never see an
-abort. ``update_weights`` does pause, abort, wait, load, resume: the weight sync of async training.
+aborted requests are queued again and served after ``resume``, so env loops never see an abort.
+``update_weights`` does pause, abort, wait, load, resume: the weight sync of async training.
+
+Partial rollout (``partial_rollout``, default on): an aborted request keeps what it generated
+(tokens, their sampling log-probs and versions) and is queued again as a continuation: prompt +
+partial response as its prompt (hf_infer prefills it; vLLM/SGLang take the token ids), the rest
+of its ``max_new_tokens``. Its answer is the kept tokens followed by the continuation's, each
+token with the log-prob and the version that sampled it (``GenerationOutput.token_versions``);
+``policy_version`` stays the version of the first token. Off: the partial tokens are thrown away
+and the request is regenerated from scratch on the new weights. ``stats()`` counts both
+(``kept_tokens``, ``discarded_tokens``).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roll_core.strategies.base import GenerationOutput, GenerationRequest
@@ -27,8 +36,33 @@ logger = logging.getLogger("roll.rollout")
 
 @dataclass
 class _Pending:
-    request: GenerationRequest
+    request: GenerationRequest  # what the worker runs next: a continuation after a kept abort
     future: asyncio.Future
+    original: GenerationRequest | None = None  # set once a partial response is kept
+    tokens: list[int] = field(default_factory=list)  # kept from aborted attempts
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def keep(self, out: GenerationOutput) -> None:
+        """Keep an aborted attempt's tokens; the next attempt continues after them."""
+        self.original = self.original or self.request
+        self.tokens += list(out.token_ids)
+        self.logprobs += list(out.logprobs)
+        self.versions += out.versions()
+        first = self.original.sampling
+        seed = None if first.seed is None else (first.seed + 1_000_003 * len(self.tokens)) % 2**63
+        sampling = replace(first, max_new_tokens=first.max_new_tokens - len(self.tokens), seed=seed)
+        self.request = replace(self.original, prompt_ids=[*self.original.prompt_ids, *self.tokens],
+                               sampling=sampling)
+
+    def answer(self, out: GenerationOutput) -> GenerationOutput:
+        """``out`` after the kept tokens (as it is when nothing was kept)."""
+        if not self.tokens:
+            return out
+        return GenerationOutput(
+            request_id=self.original.request_id, token_ids=self.tokens + list(out.token_ids),
+            logprobs=self.logprobs + list(out.logprobs), finish_reason=out.finish_reason,
+            policy_version=self.versions[0], token_versions=self.versions + out.versions())
 
 
 class GenerateScheduler:
@@ -36,9 +70,11 @@ class GenerateScheduler:
 
     ``workers`` are Ray actor handles exposing ``generate(requests) -> outputs``,
     ``abort(request_ids | None)`` and ``load_weights(weights, version)`` (see :class:`InferWorker`).
+    ``partial_rollout``: keep and continue aborted requests (True) or regenerate them (False).
     """
 
-    def __init__(self, workers: list[Any], *, max_batch_size: int = 16, max_wait_s: float = 0.02):
+    def __init__(self, workers: list[Any], *, max_batch_size: int = 16, max_wait_s: float = 0.02,
+                 partial_rollout: bool = True):
         if not workers:
             raise ValueError("GenerateScheduler needs at least one inference worker")
         self.workers = list(workers)
@@ -55,7 +91,9 @@ class GenerateScheduler:
         self.idle = asyncio.Event()
         self.idle.set()
         self.version = 0
-        self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0}
+        self.partial_rollout = bool(partial_rollout)
+        self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0,
+                       "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0}
         self.completed = 0  # requests answered
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
@@ -129,12 +167,9 @@ class GenerateScheduler:
                 self.stats_["batched_requests"] += len(batch)
                 requeue = []
                 for p, out in zip(batch, outputs):
-                    if out.finish_reason == "abort":
+                    if self._settle(p, out):
                         requeue.append(p)
-                    elif not p.future.done():
-                        p.future.set_result(out)
-                        self.completed += 1
-                if requeue:  # regenerated after resume, by the new weights
+                if requeue:  # continued (or regenerated) after resume, by the new weights
                     self.stats_["requeued_aborts"] += len(requeue)
                     self.queues[worker].extendleft(reversed(requeue))
                     self.arrivals[worker].set()
@@ -143,6 +178,24 @@ class GenerateScheduler:
                 if not any(self.busy):
                     self.idle.set()
                     self.busy_s += time.perf_counter() - self.busy_since
+
+    def _settle(self, p: _Pending, out: GenerationOutput) -> bool:
+        """Answer ``p`` with ``out``, or keep or discard an aborted attempt; True: queue ``p`` again."""
+        self.stats_["generated_tokens"] += len(out.token_ids)
+        if out.finish_reason != "abort":
+            if not p.future.done():
+                p.future.set_result(p.answer(out))
+                self.completed += 1
+            return False
+        if self.partial_rollout:
+            self.stats_["kept_tokens"] += len(out.token_ids)
+            if out.token_ids:
+                p.keep(out)
+            if p.request.sampling.max_new_tokens <= 0:  # nothing left to generate: it is complete
+                return self._settle(p, GenerationOutput(out.request_id, [], [], "length", self.version))
+        else:
+            self.stats_["discarded_tokens"] += len(out.token_ids)
+        return True
 
     # -- control ------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -153,7 +206,7 @@ class GenerateScheduler:
         self.resumed.set()
 
     async def abort(self) -> None:
-        """Pause and abort running batches; their requests are regenerated after :meth:`resume`."""
+        """Pause and abort running batches; their requests continue (or regenerate) after :meth:`resume`."""
         self.pause()
         await asyncio.gather(*(w.abort.remote(None) for w in self.workers), return_exceptions=True)
         await self.idle.wait()

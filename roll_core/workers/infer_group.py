@@ -45,7 +45,8 @@ class InferGroup:
             strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
             for o in worker_options]
         ray.get([w.policy_version.remote() for w in self.workers])
-        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size)
+        self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size,
+                                                  partial_rollout=getattr(config, "partial_rollout", True))
 
     def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
         """Load new weights everywhere: a state dict (put into the object store once here), or
@@ -86,7 +87,8 @@ def start_generation(run: Run, *, placement: Any = None, num_workers: int = 1, o
                       max_batch_size=max_batch_size, **overrides)
 
 
-def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02) -> Any:
+def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wait_s: float = 0.02,
+                             partial_rollout: bool = True) -> Any:
     """The :class:`GenerateScheduler` actor in front of ``workers``."""
     import ray
 
@@ -95,5 +97,5 @@ def start_generate_scheduler(workers: list[Any], *, max_batch_size: int, max_wai
 
     return ray.remote(GenerateScheduler).options(num_cpus=0, max_concurrency=100_000,
                                                  scheduling_strategy=on_driver_node()).remote(
-        workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s
+        workers, max_batch_size=max_batch_size, max_wait_s=max_wait_s, partial_rollout=partial_rollout
     )

@@ -37,8 +37,9 @@ def train(pipeline, steps: int) -> list[dict]:
         metrics = pipeline.train_step()
         batch = pipeline.last_batch
         lags = [version - v for v in batch["policy_version_min"].tolist()]
+        tokens = batch["token_versions"][batch["response_mask"][:, 1:].bool()]  # each trained token's version
         records.append({"version": version, "lags": lags, "newest": batch["policy_version_max"].tolist(),
-                        "metrics": metrics})
+                        "token_lags": (version - tokens).tolist(), "metrics": metrics})
     return records
 
 
@@ -67,6 +68,7 @@ def test_async_pipeline_keeps_every_trained_turn_within_k_versions(ray_session, 
         pipeline.shutdown()
     for r in records:
         assert all(0 <= lag <= k for lag in r["lags"]), (r["version"], r["lags"])
+        assert all(0 <= lag <= k for lag in r["token_lags"])  # partial rollout: per token too
         assert len(r["lags"]) == 8 and max(r["newest"]) <= r["version"]
         assert r["metrics"]["rollout/staleness/max"] == max(r["lags"])  # the metric is the batch's truth
         assert r["metrics"]["rollout/staleness/max"] <= k

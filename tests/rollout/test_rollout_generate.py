@@ -79,9 +79,10 @@ def test_pause_holds_dispatch_and_resume_releases_it():
 
 
 def test_weight_update_aborts_and_regenerates_with_the_new_version():
+    """``partial_rollout: false``; keep-and-continue is tested on hf_infer (tests/strategies/test_partial_rollout.py)."""
     async def main():
         worker = FakeWorker("a", delay=0.3)
-        gen = GenerateScheduler([worker], max_batch_size=8, max_wait_s=0.0)
+        gen = GenerateScheduler([worker], max_batch_size=8, max_wait_s=0.0, partial_rollout=False)
         pending = [asyncio.ensure_future(gen.generate(request(i))) for i in range(3)]
         await asyncio.sleep(0.05)  # the batch is running on version 0
         assert await gen.update_weights({"w": 1}, 5) == 5

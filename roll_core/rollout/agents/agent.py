@@ -366,7 +366,8 @@ class AgentRuntime:
                                   logprobs=list(call.logprobs), version=call.version,
                                   finish_reason="length" if call.finish_reason == "length" else "stop",
                                   observation=call.observation, prompt_text=text,
-                                  response_text=call.text, reward=float(steps[step_of[call.request]])))
+                                  response_text=call.text, reward=float(steps[step_of[call.request]]),
+                                  token_versions=call.token_versions))
                 before = call.prompt_text + call.completion_text
             out.append(Trajectory(
                 traj_id=traj_id if k == 0 else f"{traj_id}-s{k}",

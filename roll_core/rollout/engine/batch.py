@@ -7,7 +7,9 @@ quantities are label-aligned ``[B, L-1]``, and the reward sits on the row's last
 Keys (tensors): ``input_ids``, ``attention_mask``, ``response_mask``, ``position_ids`` ``[B, L]``;
 ``infer_logprobs`` ``[B, L-1]`` (0 on prompt positions); ``scores`` ``[B, L]`` (the row's reward on
 its last token); ``episode_scores`` ``[B]``; ``policy_version_min`` / ``policy_version_max``
-``[B]``; ``response_length`` / ``num_steps`` ``[B]``; step-wise adds ``step``, ``step_scores``.
+``[B]``; ``token_versions`` ``[B, L-1]`` (the policy version that sampled each response token, -1
+elsewhere: partial rollout mixes versions in one response); ``response_length`` / ``num_steps``
+``[B]``; step-wise adds ``step``, ``step_scores``.
 Keys (lists): ``traj_id``, ``traj_group_id``, ``tag``, ``group_id``, ``episode_id``, ``seed``,
 ``end_reason``, ``env_metrics``; step-wise adds ``state_hash``.
 """
@@ -82,6 +84,19 @@ def collate(rows: Sequence[Row], rewards: Sequence[float], pad_id: int) -> dict[
     }
 
 
+def label_token_versions(response_mask: torch.Tensor, versions: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``[B, L-1]`` label-aligned: row ``b``'s ``versions`` on its response tokens, in order; -1 elsewhere."""
+    mask = response_mask[:, 1:].bool()
+    counts = mask.sum(-1).tolist()
+    for b, (n, v) in enumerate(zip(counts, versions)):
+        if n != len(v):
+            raise ValueError(f"row {b} has {n} response tokens but {len(v)} token versions; every generated "
+                             "token needs the version that sampled it")
+    out = torch.full(mask.shape, -1, dtype=torch.long)
+    out[mask] = _joined(versions, np.int64)
+    return out
+
+
 def _joined(lists: Iterable[Sequence[Any]], dtype: Any) -> torch.Tensor:
     """The concatenation of ``lists`` as a 1-D tensor of numpy ``dtype``."""
     return torch.from_numpy(np.fromiter(chain.from_iterable(lists), dtype=dtype))
@@ -113,16 +128,19 @@ def trajectory_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[dict, di
     tensors = collate(rows, [t.episode_reward for t in trajs], pad_id)
     common, lists = _common(trajs)
     tensors.update(common)
+    tensors["token_versions"] = label_token_versions(
+        tensors["response_mask"], [[v for turn in t.turns for v in turn.versions()] for t in trajs])
     tensors["response_length"] = torch.tensor([t.response_length for t in trajs], dtype=torch.long)
     return tensors, lists
 
 
 def step_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[dict, dict]:
     """One row per turn: its prompt (history window) and response; the step reward on its last token."""
-    rows, rewards, steps, hashes, owners = [], [], [], [], []
+    rows, rewards, steps, hashes, owners, versions = [], [], [], [], [], []
     for traj in trajs:
         for k, turn in enumerate(traj.turns):
             rows.append(traj.step_tokens(k))
+            versions.append(turn.versions())
             rewards.append(turn.reward)
             steps.append(k)
             hashes.append(state_hash(turn.observation))
@@ -130,6 +148,7 @@ def step_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[dict, dict]:
     tensors = collate(rows, rewards, pad_id)
     common, lists = _common(owners)
     tensors.update(common)
+    tensors["token_versions"] = label_token_versions(tensors["response_mask"], versions)
     tensors["step"] = torch.tensor(steps, dtype=torch.long)
     tensors["step_scores"] = torch.tensor(rewards, dtype=torch.float32)
     tensors["response_length"] = torch.tensor([sum(m) for _, m, _ in rows], dtype=torch.long)

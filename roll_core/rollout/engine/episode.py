@@ -189,9 +189,10 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
         if output.finish_reason == "abort":
             raise EpisodeFailure("generation_aborted", "generation was aborted")
         ctx.progress += 1
-        version = int(output.policy_version)
-        if stale is not None and stale(turns[0].version if turns else version, version):
-            raise EpisodeStale(f"turn {turn_index} is on policy version {version}, the episode began on "
+        version = int(output.policy_version)  # the turn start: its first (oldest) token's version
+        latest = max(output.versions(), default=version)
+        if stale is not None and stale(turns[0].version if turns else version, latest):
+            raise EpisodeStale(f"turn {turn_index} is on policy version {latest}, the episode began on "
                                f"{turns[0].version if turns else version}")
         response_ids = list(output.token_ids)
         full_text, response_text = codec.response_texts(response_ids)
@@ -205,6 +206,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             prompt_ids=piece.ids, response_ids=response_ids, logprobs=list(output.logprobs),
             version=version, finish_reason=output.finish_reason, observation=observation,
             prompt_text=piece.text, response_text=response_text, reward=float(reward), metrics=metrics,
+            token_versions=None if output.token_versions is None else list(output.token_versions),
         ))
         if frames is not None:
             frames.append(_frame(env))

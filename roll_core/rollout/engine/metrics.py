@@ -6,7 +6,7 @@ Plain Python (no torch): the CLI prints these and the pipeline logs them to tens
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from roll_core.chat.trajectory import Trajectory
 
@@ -36,6 +36,32 @@ def staleness_metrics(trajectories: Sequence[Trajectory], version: int) -> dict[
     metrics = {"rollout/staleness/max": float(max(lags)), "rollout/staleness/mean": _mean(lags)}
     for lag in range(min(0, min(lags)), max(lags) + 1):
         metrics[f"rollout/staleness/lag_{lag}"] = counts[lag] / len(lags)
+    return metrics
+
+
+def token_version_metrics(token_versions: Iterable[Sequence[int]], version: int) -> dict[str, float]:
+    """The version mix of a batch's generated tokens, one list per response (partial rollout).
+
+    ``rollout/token_staleness/lag_{d}``: the fraction of generated tokens sampled ``d`` versions
+    before ``version`` (the weights being trained), ``/mean`` and ``/max``;
+    ``rollout/mixed_version_responses``: the fraction of responses whose tokens span two or more
+    versions (a weight sync interrupted them and they were continued).
+    """
+    counts: dict[int, int] = defaultdict(int)
+    responses = mixed = 0
+    for versions in token_versions:
+        responses += 1
+        mixed += len(set(versions)) > 1
+        for v in versions:
+            counts[version - int(v)] += 1
+    total = sum(counts.values())
+    if not total:
+        return {}
+    metrics = {"rollout/token_staleness/mean": sum(d * c for d, c in counts.items()) / total,
+               "rollout/token_staleness/max": float(max(counts)),
+               "rollout/mixed_version_responses": mixed / responses}
+    for lag in range(min(0, min(counts)), max(counts) + 1):
+        metrics[f"rollout/token_staleness/lag_{lag}"] = counts[lag] / total
     return metrics
 
 
@@ -73,6 +99,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], elapsed_s: float,
     })
     if version is not None:
         metrics.update(staleness_metrics(trajectories, version))
+        metrics.update(token_version_metrics((turn.versions() for t in trajectories for turn in t.turns), version))
     drops = {k: v for k, v in (drops or {}).items() if k not in NOT_DROPS}
     metrics["rollout/dropped_trajectories"] = float(sum(drops.values()))
     for reason, count in sorted(drops.items()):

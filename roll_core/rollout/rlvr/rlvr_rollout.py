@@ -32,6 +32,7 @@ from roll_core.data import PromptRow, PromptSampler
 from roll_core.errors import RollError
 from roll_core.rollout.contract import StepBatch
 from roll_core.rollout.dynamic_sampling import exhausted_message, filter_metrics, max_groups
+from roll_core.rollout.engine.metrics import token_version_metrics
 from roll_core.rollout.rlvr.reward_filters import RESPONSE_RETRIES, DynamicSampling
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 
@@ -46,11 +47,12 @@ class Samples:
     groups: list[str]  # one key per prompt of the batch
     response_ids: list[list[int]]
     logprobs: list[list[float]]
-    versions: list[int]
+    versions: list[int]  # the version of each response's first token (oldest; the staleness rule's)
     finish: list[str]
     texts: list[str]
     rewards: list[float]
     correct: list[bool]
+    token_versions: list[list[int]] = field(default_factory=list)  # each token's version
     batch_index: int | str = 0
     sampler_state: dict[str, Any] = field(default_factory=dict)
     #: dataset indices of prompts drawn but not consumed (spares of dynamic sampling), drawn again first
@@ -66,18 +68,26 @@ class Samples:
     def select(self, keep: Sequence[int]) -> Samples:
         pick = list(keep)
         lists = {name: [getattr(self, name)[i] for i in pick] for name in self.LISTS}
+        lists["token_versions"] = [self.token_versions_or_default()[i] for i in pick]
         return Samples(**lists, batch_index=self.batch_index, sampler_state=self.sampler_state,
                        leftover=self.leftover, metrics=self.metrics)
 
     @classmethod
     def concat(cls, parts: Sequence[Samples]) -> Samples:
-        return cls(**{name: [x for part in parts for x in getattr(part, name)] for name in cls.LISTS})
+        return cls(**{name: [x for part in parts for x in getattr(part, name)] for name in cls.LISTS},
+                   token_versions=[v for part in parts for v in part.token_versions_or_default()])
+
+    def token_versions_or_default(self) -> list[list[int]]:
+        """Each response's token versions (samples saved before partial rollout have one per response)."""
+        if len(self.token_versions) == len(self.response_ids):
+            return self.token_versions
+        return [[v] * len(ids) for v, ids in zip(self.versions, self.response_ids)]
 
     def to_batch(self, pad_id: int) -> dict[str, Any]:
         """Right-padded training tensors (see :mod:`roll_core.rollout.engine.batch`) plus per-row lists."""
         import torch
 
-        from roll_core.rollout.engine.batch import collate
+        from roll_core.rollout.engine.batch import collate, label_token_versions
 
         seqs = []
         for row, ids, lps in zip(self.rows, self.response_ids, self.logprobs):
@@ -86,6 +96,7 @@ class Samples:
         data = collate(seqs, self.rewards, pad_id)
         data["infer_log_probs"] = data.pop("infer_logprobs")
         data["policy_version"] = torch.tensor(self.versions, dtype=torch.long)
+        data["token_versions"] = label_token_versions(data["response_mask"], self.token_versions_or_default())
         data["response_length"] = torch.tensor([len(ids) for ids in self.response_ids], dtype=torch.float32)
         data["group_ids"] = list(self.groups)
         data["domain"] = [row.domain for row in self.rows]
@@ -179,6 +190,7 @@ class RLVRRollout:
                   for row, text, o in zip(flat, texts, outputs)]
         return Samples(rows=flat, groups=groups, response_ids=[list(o.token_ids) for o in outputs],
                        logprobs=[list(o.logprobs) for o in outputs], versions=[int(o.policy_version) for o in outputs],
+                       token_versions=[o.versions() for o in outputs],
                        finish=[o.finish_reason for o in outputs], texts=texts, rewards=[s for s, _ in scored],
                        correct=[c for _, c in scored])
 
@@ -299,6 +311,7 @@ class RLVRRollout:
             "rollout/staleness/max": float(current - min(versions)),
             "rollout/staleness/mean": float(sum(current - v for v in versions) / len(versions)),
             "rollout/wait": time.perf_counter() - started,
+            **token_version_metrics(samples.token_versions_or_default(), current),
         }
 
     def _take(self, step: int) -> Samples:
