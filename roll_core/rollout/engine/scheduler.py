@@ -190,7 +190,9 @@ class RolloutScheduler:
                 raise RolloutTimeout(f"get_batch({n}) of the {self.spec.mode} rollout timed out after "
                                      f"{elapsed:.1f} s{hint}; last failure: {result.get('last_failure') or 'none'}; "
                                      f"queue state: {result['status']}")
-            trajectories = [t for group in result["groups"] for t in group.trajectories]
+            # in an order of their own (not the groups' finishing order): metrics are float sums
+            groups = sorted(result["groups"], key=lambda g: (g.ticket.pass_id, g.ticket.episode_id, g.ticket.group_id))
+            trajectories = [t for group in groups for t in group.trajectories]
             metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
             return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
                                metrics=metrics)
