@@ -81,6 +81,12 @@ class RunSettings(RollModel):
         "the new weights; False throws them away and regenerates it. ROLL collects the unfinished outputs "
         "whenever async_generation_ratio > 0 (collect_non_finish); synchronous runs never sync mid-generation."
     )
+    reproducible_generation: bool | None = Field(
+        None, description="Synchronous runs (async_generation_ratio: 0) generate in lock-step rounds, so a "
+        "request's batch, hence its float rounding, does not depend on timing: the same seed gives the same "
+        "run to the bit with hf_infer / hf_train on CPU. It costs the overlap of slow env calls with "
+        "generation (docs/architecture.md, \"Reproducible runs\"). null: on where the Ray cluster has no GPU."
+    )
     max_running_requests: int = Field(128, ge=1)
     is_num_return_sequences_expand: bool = False
     num_nodes: int = compat(1, "The Ray cluster's nodes are used as they are.")

@@ -18,6 +18,17 @@ token with the log-prob and the version that sampled it (``GenerationOutput.toke
 ``policy_version`` stays the version of the first token. Off: the partial tokens are thrown away
 and the request is regenerated from scratch on the new weights. ``stats()`` counts both
 (``kept_tokens``, ``discarded_tokens``).
+
+Lock-step rounds (synchronous runs; docs/architecture.md, "Reproducible runs"): batches formed by
+arrival time make a request's float rounding depend on its batch-mates, which depend on the
+machine's timing. After ``expect(n)`` (the driver announces the n env loops of a synchronous
+batch) requests are instead collected until every announced loop still playing has one waiting
+(a loop says ``leave`` when its episode ends); that round, sorted by (prompt length, request id),
+is cut into chunks of ``max_batch_size`` that go to the workers in turn (chunk i to worker
+i mod N). A round is then the set of episodes alive at turn t, whatever the timing, and a
+chunk's composition does not depend on the number of workers. A round that waits
+``LOCKSTEP_TIMEOUT_S`` without any arrival or leave (a count gone wrong after a fault) is
+generated as it is, and counted.
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ from typing import Any
 from roll_core.strategies.base import GenerationOutput, GenerationRequest
 
 logger = logging.getLogger("roll.rollout")
+
+#: a lock-step round that sees no arrival and no leave for this long is generated as it is
+LOCKSTEP_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -93,7 +107,11 @@ class GenerateScheduler:
         self.version = 0
         self.partial_rollout = bool(partial_rollout)
         self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0,
-                       "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0}
+                       "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0,
+                       "rounds": 0, "lockstep_timeouts": 0}
+        self.players = 0  # lock-step: env loops announced by expect() that have not left yet
+        self.round: list[_Pending] = []
+        self.round_changed = asyncio.Event()
         self.completed = 0  # requests answered
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
@@ -101,14 +119,44 @@ class GenerateScheduler:
 
     # -- requests -----------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
-        """Queue ``request`` for its worker and await its output."""
+        """Queue ``request`` (for its worker, or for the lock-step round) and await its output."""
         self._start()
-        worker = self._route(request.route_key)
         future = asyncio.get_running_loop().create_future()
+        self.stats_["requests"] += 1
+        if self.players > 0:
+            self.round.append(_Pending(request, future))
+            self.round_changed.set()
+            return await future
+        worker = self._route(request.route_key)
         self.queues[worker].append(_Pending(request, future))
         self.arrivals[worker].set()
-        self.stats_["requests"] += 1
         return await future
+
+    async def generate_all(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        """Requests sent together (an RLVR batch): one round, batched by the round's rule, never by
+        when each arrived; outputs in order."""
+        self._start()
+        loop = asyncio.get_running_loop()
+        pending = [_Pending(r, loop.create_future()) for r in requests]
+        self.stats_["requests"] += len(pending)
+        self.round.extend(pending)
+        self.round_changed.set()
+        return list(await asyncio.gather(*(p.future for p in pending)))
+
+    def expect(self, players: int) -> None:
+        """Lock-step: the next requests come from ``players`` env loops, each one at a time, each
+        saying :meth:`leave` when done. Called by the driver before a synchronous batch starts."""
+        if self.players or self.round:  # only after a fault: loops that never left
+            logger.warning("generate scheduler: %d env loops of the last lock-step batch never left "
+                           "(%d requests waiting); starting the next batch anyway", self.players, len(self.round))
+        self.players = max(0, int(players))
+        self.round_changed.set()
+
+    def leave(self) -> None:
+        """Lock-step: an announced env loop ended its episode and sends no more requests."""
+        if self.players > 0:
+            self.players -= 1
+            self.round_changed.set()
 
     def _route(self, key: str | None) -> int:
         """Sticky: a key keeps its worker; a new key goes to the worker with the fewest keys."""
@@ -125,6 +173,7 @@ class GenerateScheduler:
         if not self._dispatchers:
             loop = asyncio.get_running_loop()
             self._dispatchers = [loop.create_task(self._dispatch(w)) for w in range(len(self.workers))]
+            self._dispatchers.append(loop.create_task(self._rounds()))
 
     async def _collect(self, worker: int) -> list[_Pending]:
         """Wait for a request, then up to ``max_wait_s`` for the batch to fill; take it."""
@@ -150,34 +199,73 @@ class GenerateScheduler:
     async def _dispatch(self, worker: int) -> None:
         while True:
             batch = [p for p in await self._collect(worker) if not p.future.done()]
-            if not batch:
-                continue
-            if not any(self.busy):
-                self.busy_since = time.perf_counter()
-            self.busy[worker] = True
-            self.idle.clear()
-            try:
-                outputs = await self.workers[worker].generate.remote([p.request for p in batch])
-            except Exception as exc:
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
-            else:
-                self.stats_["batches"] += 1
-                self.stats_["batched_requests"] += len(batch)
-                requeue = []
-                for p, out in zip(batch, outputs):
-                    if self._settle(p, out):
-                        requeue.append(p)
+            if batch:
+                requeue = await self._run(worker, batch)
                 if requeue:  # continued (or regenerated) after resume, by the new weights
-                    self.stats_["requeued_aborts"] += len(requeue)
                     self.queues[worker].extendleft(reversed(requeue))
                     self.arrivals[worker].set()
-            finally:
-                self.busy[worker] = False
-                if not any(self.busy):
-                    self.idle.set()
-                    self.busy_s += time.perf_counter() - self.busy_since
+
+    async def _run(self, worker: int, batch: list[_Pending]) -> list[_Pending]:
+        """Generate ``batch`` on ``worker`` and answer its futures; returns the aborted ones."""
+        if not any(self.busy):
+            self.busy_since = time.perf_counter()
+        self.busy[worker] = True
+        self.idle.clear()
+        requeue = []
+        try:
+            outputs = await self.workers[worker].generate.remote([p.request for p in batch])
+        except Exception as exc:
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+        else:
+            self.stats_["batches"] += 1
+            self.stats_["batched_requests"] += len(batch)
+            for p, out in zip(batch, outputs):
+                if self._settle(p, out):
+                    requeue.append(p)
+            self.stats_["requeued_aborts"] += len(requeue)
+        finally:
+            self.busy[worker] = False
+            if not any(self.busy):
+                self.idle.set()
+                self.busy_s += time.perf_counter() - self.busy_since
+        return requeue
+
+    # -- lock-step rounds ---------------------------------------------------------------------
+    async def _rounds(self) -> None:
+        while True:
+            batch = [p for p in await self._complete_round() if not p.future.done()]
+            if not batch:
+                continue
+            self.stats_["rounds"] += 1
+            batch.sort(key=lambda p: (len(p.request.prompt_ids), p.request.request_id))
+            size, n = self.max_batch_size, len(self.workers)
+            chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
+            requeued = await asyncio.gather(*(self._run_chunks(w, chunks[w::n]) for w in range(min(n, len(chunks)))))
+            requeue = [p for part in requeued for p in part]
+            if requeue:  # aborted by a weight update: the same loops, in the next round
+                self.round.extend(requeue)
+                self.round_changed.set()
+
+    async def _run_chunks(self, worker: int, chunks: list[list[_Pending]]) -> list[_Pending]:
+        return [p for chunk in chunks for p in await self._run(worker, chunk)]
+
+    async def _complete_round(self) -> list[_Pending]:
+        """Wait until every announced loop still playing has a request waiting; take them all."""
+        while not (self.round and len(self.round) >= self.players):
+            self.round_changed.clear()
+            try:
+                await asyncio.wait_for(self.round_changed.wait(), LOCKSTEP_TIMEOUT_S if self.round else None)
+            except TimeoutError:
+                self.stats_["lockstep_timeouts"] += 1
+                logger.warning("generate scheduler: a lock-step round waited %.0f s for %d of %d env loops; "
+                               "generating the %d requests it has (this batch is not reproducible)",
+                               LOCKSTEP_TIMEOUT_S, self.players - len(self.round), self.players, len(self.round))
+                break
+        await self.resumed.wait()
+        batch, self.round = self.round, []
+        return batch
 
     def _settle(self, p: _Pending, out: GenerationOutput) -> bool:
         """Answer ``p`` with ``out``, or keep or discard an aborted attempt; True: queue ``p`` again."""
@@ -239,5 +327,6 @@ class GenerateScheduler:
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)
         return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
-                "queued": sum(len(q) for q in self.queues), "paused": not self.resumed.is_set(),
+                "queued": sum(len(q) for q in self.queues) + len(self.round), "players": self.players,
+                "paused": not self.resumed.is_set(),
                 "version": self.version, "routes": len(self.routes)}

@@ -1,4 +1,4 @@
-"""GenerateScheduler: dynamic batching, sticky routing, pause/resume, abort and weight sync (no Ray)."""
+"""GenerateScheduler: dynamic batching, sticky routing, pause/resume, abort, weight sync, lock-step rounds (no Ray)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,79 @@ def test_weight_update_aborts_and_regenerates_with_the_new_version():
         assert {o.policy_version for o in outputs} == {5}
         assert gen.stats()["requeued_aborts"] == 3 and len(worker.batches) == 2
     asyncio.run(main())
+
+
+def test_lockstep_rounds_do_not_depend_on_timing_or_the_number_of_workers(monkeypatch):
+    """Six env loops, announced with expect(6), play 3, 2 and 1 turns; their requests arrive in a
+    random order at random times. Every round holds the loops still playing, sorted by (prompt
+    length, id) and cut into chunks of max_batch_size (3), dealt to the workers in turn: the same
+    chunks with one worker or two, in every run."""
+    import random
+
+    def play(gen, loop, turns, rng):
+        async def episode():
+            for turn in range(turns):
+                await asyncio.sleep(rng.random() * 0.02)  # the env step: its duration varies
+                prompt = [1] * (10 - loop)  # a longer prompt for a lower loop number
+                await gen.generate(GenerationRequest(f"l{loop}-t{turn}", prompt, SamplingParams(), route_key=f"l{loop}"))
+            gen.leave()
+        return episode()
+
+    async def run(num_workers, seed):
+        rng = random.Random(seed)
+        workers = [FakeWorker(str(w), delay=0.005) for w in range(num_workers)]
+        gen = GenerateScheduler(workers, max_batch_size=3, max_wait_s=0.0)
+        gen.expect(6)
+        await asyncio.gather(*(play(gen, loop, [3, 3, 2, 2, 1, 1][loop], rng) for loop in range(6)))
+        assert gen.stats()["rounds"] == 3 and gen.players == 0
+        return sorted(b for w in workers for b in w.batches), [len(w.batches) for w in workers]
+
+    expected = sorted([["l5-t0", "l4-t0", "l3-t0"], ["l2-t0", "l1-t0", "l0-t0"],  # round 0: 6 loops, 2 chunks
+                       ["l3-t1", "l2-t1", "l1-t1"], ["l0-t1"],  # round 1: 4 loops
+                       ["l1-t2", "l0-t2"]])  # round 2: 2 loops
+    for seed in range(3):
+        assert asyncio.run(run(1, seed)) == (expected, [5])
+        assert asyncio.run(run(2, seed)) == (expected, [3, 2])  # chunks 0 and 2 of a round on worker 0
+
+
+def test_a_lockstep_round_missing_a_loop_is_generated_after_the_timeout(monkeypatch):
+    import roll_core.workers.generate_scheduler as module
+
+    monkeypatch.setattr(module, "LOCKSTEP_TIMEOUT_S", 0.2)
+
+    async def main():
+        worker = FakeWorker("a", delay=0.0)
+        gen = GenerateScheduler([worker], max_batch_size=8, max_wait_s=0.0)
+        gen.expect(3)  # one of the three announced loops never comes (a fault)
+        outputs = await asyncio.gather(*(gen.generate(request(i)) for i in range(2)))
+        assert [o.request_id for o in outputs] == ["r0", "r1"] and worker.batches == [["r0", "r1"]]
+        assert gen.stats()["lockstep_timeouts"] == 1
+        gen.expect(1)  # the next batch starts afresh
+        assert (await gen.generate(request(5))).request_id == "r5" and gen.stats()["lockstep_timeouts"] == 1
+    asyncio.run(main())
+
+
+def test_requests_sent_together_are_one_round():
+    async def main():
+        workers = [FakeWorker("a", delay=0.0), FakeWorker("b", delay=0.0)]
+        gen = GenerateScheduler(workers, max_batch_size=2, max_wait_s=0.0)
+        requests = [GenerationRequest(f"r{i}", [1] * (i % 3 + 1), SamplingParams()) for i in range(5)]
+        outputs = await gen.generate_all(requests)
+        assert [o.request_id for o in outputs] == [f"r{i}" for i in range(5)]
+        # sorted by (prompt length, id): r0 r3 | r1 r4 | r2, chunks dealt to a, b, a
+        assert workers[0].batches == [["r0", "r3"], ["r2"]] and workers[1].batches == [["r1", "r4"]]
+    asyncio.run(main())
+
+
+def test_reproducible_generation_is_on_for_synchronous_cpu_runs_unless_set():
+    from types import SimpleNamespace
+
+    from roll_core.rollout.engine.spec_from_run import reproducible_generation
+
+    def config(ratio, setting):
+        return SimpleNamespace(async_generation_ratio=ratio, reproducible_generation=setting)
+
+    assert reproducible_generation(config(0, None))  # no Ray cluster with GPUs here: on
+    assert not reproducible_generation(config(0, False))
+    assert reproducible_generation(config(0, True))
+    assert not reproducible_generation(config(1, True))  # async: timing decides which weights generate

@@ -56,7 +56,7 @@ from roll_core.rollout.engine.episode import (
 from roll_core.rollout.engine.frames import save_episode_gif
 from roll_core.rollout.engine.messages import GroupResult, Release, Report, Ticket
 from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec, derive_seed
-from roll_core.rollout.engine.turn_policies import TurnPolicy, make_turn_policy
+from roll_core.rollout.engine.turn_policies import TurnPolicy, lockstep_rollout, make_turn_policy
 
 logger = logging.getLogger("roll.rollout")
 
@@ -184,6 +184,16 @@ class GroupRunner:
             del self.slots[old]
 
     async def _play(self, member: EnvMember, slot: Slot) -> None:
+        """Play ``slot``'s episode on ``member``; in lock-step rounds, leave them once it is over."""
+        left = False
+        try:
+            left = await self._play_episode(member, slot)
+        finally:
+            if not left:
+                self.manager.leave_round()
+
+    async def _play_episode(self, member: EnvMember, slot: Slot) -> bool:
+        """The episode, with retries; True when it left the lock-step rounds (before delivering)."""
         manager, ticket = self.manager, slot.ticket
         spec = manager.spec
         attempts = 0
@@ -213,11 +223,11 @@ class GroupRunner:
             except EpisodeCancelled:
                 if slot.abandoned:
                     manager.drop(slot.drop_reason)
-                return
+                return False
             except EpisodeStale:
                 manager.drop("stale")
                 self._abandon(slot, "stale", backoff=False)
-                return
+                return False
             except EpisodeFailure as failure:
                 reason, message = failure.reason, str(failure)
             except ConfigError as exc:  # the config, not the env: no retry can succeed
@@ -225,15 +235,18 @@ class GroupRunner:
                 self.closed = True
                 manager.fatal(f"the {spec.mode} rollout cannot play env tag {self.env_spec.tag!r}: {exc}")
                 self._abandon(slot, "error")
-                return
+                return False
             except Exception as exc:  # env construction or a bug: still only this trajectory
                 reason, message = "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
             else:
                 if frames:
                     trajectory.frames_path = await manager.save_frames(frames, trajectory, ticket)
                 member.failures_in_row = 0
+                left = manager.leave_round()
+                if left is not None:  # first: the next batch's rounds cannot start before it
+                    await _quietly_await(left)
                 self._deliver(slot, member.member, trajectory)
-                return
+                return True
             manager.drop(reason, message, tag=self.env_spec.tag)
             member.discard_env()
             member.failures_in_row += 1
@@ -249,13 +262,14 @@ class GroupRunner:
                                                  if reason == "timeout" else "") + "."
                 )
                 self._abandon(slot, reason)
-                return
+                return False
             attempts += 1
             if attempts >= spec.max_episode_retries:
                 self._abandon(slot, reason)
-                return
+                return False
             if slot.closed:
-                return
+                return False
+        return False
 
     def _stale(self, slot: Slot, first: int, latest: int) -> bool:
         """Is the group's oldest turn (any member's) more than ``max_staleness`` behind ``latest``?"""
@@ -308,6 +322,7 @@ class EnvManagerCore:
         self.worker_index = worker_index
         self.queue = queue
         self.generate_scheduler = generate_scheduler
+        self.lockstep = lockstep_rollout(spec, generate_scheduler)
         self.token = uuid.uuid4().hex
         self.codec = ChatCodec(load_tokenizer(tokenizer))
         group_ids = spec.worker_groups(worker_index)
@@ -340,6 +355,18 @@ class EnvManagerCore:
         self._stop = asyncio.Event()
 
     # -- used by group runners ---------------------------------------------------------------
+    def leave_round(self) -> Any:
+        """Lock-step generation: an announced env loop is done with its episode (see
+        ``GenerateScheduler.expect``); the call's ref, or None. A delivering loop awaits it first,
+        so the driver cannot announce its next batch before every loop of this one has left."""
+        if not self.lockstep:
+            return None
+        try:
+            return self.generate_scheduler.leave.remote()
+        except Exception as exc:  # the scheduler is gone: the run is shutting down
+            logger.debug("leave failed: %s", exc)
+            return None
+
     def make_env(self, env_spec: EnvSpec) -> Any:
         return build(env_spec.env)
 
@@ -530,6 +557,13 @@ class EnvManager:
     def shutdown(self) -> None:
         self.core.stop()
         self.thread.join(timeout=10)
+
+
+async def _quietly_await(ref: Any) -> None:
+    try:
+        await ref
+    except Exception as exc:  # the scheduler is gone: the run is shutting down
+        logger.debug("leave failed: %s", exc)
 
 
 def _quietly(fn: Any) -> None:

@@ -150,7 +150,9 @@ class GroupQueue:
     def _pump(self) -> None:
         if self.paused or self.closed:
             return
-        for group_id in list(self.waiters):
+        # groups with an episode given back (a lost worker's, or one in flight at a checkpoint) first:
+        # the replayed episodes are the oldest work and get the lowest serials
+        for group_id in sorted(self.waiters, key=lambda g: not self.admission.returned[g]):
             worker, token, future = self.waiters[group_id]
             if future.done() or self.tokens.get(worker) != token:
                 del self.waiters[group_id]
@@ -298,10 +300,21 @@ class GroupQueue:
         self.given_back.clear()
 
     def state_dict(self) -> dict[str, Any]:
-        """Episode counters, version and pass: what a resumed run needs to replay the same seeds."""
-        return {"next_episode": list(self.admission.next_episode),
-                "returned": [list(r) for r in self.admission.returned], "admission": self.admission.state_dict(),
-                "version": self.version, "pass_id": self.pass_id, "serial": self.serial}
+        """Episode counters, version and pass: what a resumed run needs to replay the same seeds.
+
+        Episodes admitted but not served yet (running, or complete and waiting: asynchronous
+        training runs ahead of the trainer) are saved as given back, oldest admission first: a
+        resumed run admits them again before any new episode, with the same seeds, so an episode
+        is trained once whether or not the run was interrupted while it was in flight.
+        """
+        returned = [list(r) for r in self.admission.returned]
+        unserved = [ticket for _, ticket in self.outstanding.values()] + [g.ticket for g in self.ready]
+        for ticket in sorted(unserved, key=lambda t: t.serial):
+            if ticket.pass_id == self.pass_id and ticket.episode_id not in returned[ticket.group_id]:
+                returned[ticket.group_id].append(ticket.episode_id)
+        return {"next_episode": list(self.admission.next_episode), "returned": returned,
+                "admission": self.admission.state_dict(), "version": self.version, "pass_id": self.pass_id,
+                "serial": self.serial}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (before the first ``get_batch``; anything in flight is forgotten)."""

@@ -35,7 +35,7 @@ from roll_core.rollout.dynamic_sampling import filter_metrics
 from roll_core.rollout.engine.batch import RolloutBatch, build_batch
 from roll_core.rollout.engine.metrics import rollout_metrics
 from roll_core.rollout.engine.spec import RolloutSpec, episode_seed
-from roll_core.rollout.engine.turn_policies import policy_needs_model
+from roll_core.rollout.engine.turn_policies import lockstep_rollout, policy_needs_model
 
 if TYPE_CHECKING:
     from roll_core.run import Run
@@ -85,6 +85,10 @@ class RolloutScheduler:
                 "pass generate_scheduler=..., or choose a model-free policy (random, scripted)"
             )
         self.spec = spec
+        self.generate_scheduler = generate_scheduler
+        #: announce each batch's env loops to the generate scheduler (reproducible sync batches)
+        self.lockstep = lockstep_rollout(spec, generate_scheduler)
+        self._warned_lockstep = False
         self.batch_size = batch_size or spec.num_env_groups * spec.group_size
         self.batch_timeout_s = batch_timeout_s
         # envs registered with `requirements` run in their own Python environment: built (or found)
@@ -167,6 +171,16 @@ class RolloutScheduler:
         if timeout is None and self.batch_timeout_s is not None:
             timeout, setting = self.batch_timeout_s, "rpc_timeout"
         started = time.perf_counter()
+        groups = n // self.spec.group_size
+        if self.lockstep and groups <= self.spec.num_env_groups:  # each loop plays one episode at most
+            # before any episode of the batch starts: its loops form the rounds
+            ray.get(self.generate_scheduler.expect.remote(groups * self.spec.members_per_group))
+        elif self.lockstep and not self._warned_lockstep:
+            self._warned_lockstep = True
+            logger.warning("the %s rollout's batches of %d groups take more than one episode of some of its %d "
+                           "env groups; their generation is batched by arrival, which makes the run not "
+                           "reproducible (docs/architecture.md, \"Reproducible runs\")", self.spec.mode, groups,
+                           self.spec.num_env_groups)
         ref = self.queue.get_batch.remote(n // self.spec.group_size, timeout, self.spec.stall_timeout_s)
         ray.wait([ref])  # the wait (seconds to minutes) runs with the collector on; the work below without
         with paused_gc():
@@ -179,7 +193,9 @@ class RolloutScheduler:
                 raise RolloutTimeout(f"get_batch({n}) of the {self.spec.mode} rollout timed out after "
                                      f"{elapsed:.1f} s{hint}; last failure: {result.get('last_failure') or 'none'}; "
                                      f"queue state: {result['status']}")
-            trajectories = [t for group in result["groups"] for t in group.trajectories]
+            # in an order of their own (not the groups' finishing order): metrics are float sums
+            groups = sorted(result["groups"], key=lambda g: (g.ticket.pass_id, g.ticket.episode_id, g.ticket.group_id))
+            trajectories = [t for group in groups for t in group.trajectories]
             metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
             if self.spec.group_filter is not None:
                 metrics.update(filter_metrics(result["filtered"], len(result["groups"]), result["filter_extra_s"]))

@@ -75,6 +75,8 @@ class RolloutSpec:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     policy: str = "model"  # "model" | "random" | "scripted" (see roll_core.rollout.engine.turn_policies)
     async_generation_ratio: float = 0.0
+    #: synchronous batches generate in lock-step rounds (reproducible; generate_scheduler.py)
+    lockstep: bool = False
     granularity: str = "trajectory"
     group_size_redundancy: int = 0  # extra envs per group; the first group_size to finish count
     max_traj_per_env: int = -1  # new episodes a group may start per training step (-1: no cap)

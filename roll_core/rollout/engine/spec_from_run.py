@@ -90,6 +90,7 @@ def rollout_spec(run: Run, mode: str = "train", *, policy: str | None = None, **
         sampling=sampling_from_config(config, mode),
         policy=policy,
         async_generation_ratio=float(config.async_generation_ratio) if mode == "train" else 0.0,
+        lockstep=reproducible_generation(config),
         granularity=run.granularity,
         render_save_dir=config.render_save_dir,
         format_penalty=manager.format_penalty,
@@ -103,6 +104,19 @@ def rollout_spec(run: Run, mode: str = "train", *, policy: str | None = None, **
     )
     values.update(overrides)
     return RolloutSpec(**values)
+
+
+def reproducible_generation(config: Any) -> bool:
+    """``reproducible_generation`` as it applies: a synchronous run's setting, by default on without GPUs."""
+    if float(config.async_generation_ratio) != 0:
+        return False
+    if config.reproducible_generation is not None:
+        return bool(config.reproducible_generation)
+    import ray
+
+    from roll_core.distributed.placement import cluster_gpus
+
+    return not ray.is_initialized() or cluster_gpus() == 0
 
 
 def batch_size_from_config(config: Any, mode: str) -> int:

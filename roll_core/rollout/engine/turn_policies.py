@@ -106,3 +106,9 @@ def policy_needs_model(name: str) -> bool:
 
 def make_turn_policy(name: str, codec: ChatCodec, generate_scheduler: Any = None) -> TurnPolicy:
     return TURN_POLICIES[check_policy(name)](name, codec, generate_scheduler=generate_scheduler)
+
+
+def lockstep_rollout(spec: Any, generate_scheduler: Any) -> bool:
+    """Whether ``spec``'s batches generate in lock-step rounds: a synchronous run whose policy is the model."""
+    return bool(spec.lockstep and spec.async_generation_ratio == 0 and generate_scheduler is not None
+                and policy_needs_model(spec.policy))

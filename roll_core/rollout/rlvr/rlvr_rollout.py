@@ -199,7 +199,8 @@ class RLVRRollout:
         import ray
 
         try:
-            return ray.get([self.scheduler.generate.remote(r) for r in requests], timeout=self.timeout_s)
+            # one round: batched by a rule, not by arrival, so a sample's rounding is the same every run
+            return ray.get(self.scheduler.generate_all.remote(list(requests)), timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
                             f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow") from None
