@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from roll_core.errors import ConfigError, RollError
 from roll_core.pipeline import checkpoint as ckpt
+from roll_core.pipeline.stop import LostRank, stop_message
 from roll_core.pipeline.tracking import MetricsTracker
 from roll_core.workers.train_group import RankLost
 
@@ -266,9 +267,13 @@ class TrainingLoop:
                         self.train_step()
                 except RunInterrupted as stop:
                     interrupted = str(stop)
-        except RankLost as exc:
-            raise RollError(f"{exc}. The run stops at step {self.step}: a lost training rank cannot be replaced "
-                            f"mid-step. {self.resume_advice()}") from exc
+        except Exception as exc:
+            lost, why = self.lost_ranks(exc)
+            if not lost:
+                raise
+            # the surviving ranks' errors (a collective with the lost one) would follow the message
+            os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+            raise RollError(self.stop_message(lost, why)) from exc
         if self._stop_requested:  # say what was saved, after the guard saved it
             if self._saved_on_stop:
                 self.tracker.print(f"stopped after step {self.step}; checkpoint saved: {self._saved_on_stop} "
@@ -280,12 +285,31 @@ class TrainingLoop:
         self.finish()
         return 130 if self._stop_requested else 0
 
-    def resume_advice(self) -> str:
+    def lost_ranks(self, exc: BaseException) -> tuple[list[LostRank], str]:
+        """Every rank that is gone when ``exc`` stopped the loop, and why the run cannot go on; none
+        when the run can (or ``exc`` has another cause). Inference workers fail over, so their loss
+        stops the run only when none is left."""
+        lost: list[LostRank] = []
+        for role, group in self.workers.items():
+            for rank, cause in group.dead_ranks():
+                where = group.placed[rank]
+                lost.append(LostRank(role, rank, where.node_id, where.node_ip, cause))
+        if isinstance(exc, RankLost) and not any((r.role, r.rank) == (exc.role, exc.rank) for r in lost):
+            where = self.workers[exc.role].placed[exc.rank] if exc.role in self.workers else None
+            lost.append(LostRank(exc.role, exc.rank, where.node_id if where else "", exc.node, exc.cause))
+        inference = self.generation.lost_ranks() if self.generation is not None else []
+        no_inference = self.generation is not None and len(inference) == self.generation.world_size
+        if not lost and not no_inference:
+            return [], ""
+        why = ("a lost training rank cannot be replaced mid-step" if lost
+               else f"none of the {self.generation.world_size} actor_infer workers is left")
+        lost += [LostRank("actor_infer", *rank) for rank in inference]
+        return lost, why
+
+    def stop_message(self, lost: list[LostRank], why: str) -> str:
         found = ckpt.list_checkpoints(self.config.output_dir)
-        if not found:
-            return "No checkpoint was saved yet; start the run again (save_steps sets how often it saves)."
-        return f"Continue from the last checkpoint (step {found[-1][0]}) with: roll run CONFIG " \
-               f"resume_from_checkpoint={found[-1][1]}"
+        return stop_message(lost, step=self.step, why=why, checkpoint=found[-1] if found else None,
+                            argv=self.resolved.argv)
 
     def check_interrupt(self, where: str) -> None:
         """Stop before the first RL step (the warm start, validation) when Ctrl-C was pressed."""

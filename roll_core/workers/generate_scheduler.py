@@ -18,6 +18,13 @@ token with the log-prob and the version that sampled it (``GenerationOutput.toke
 ``policy_version`` stays the version of the first token. Off: the partial tokens are thrown away
 and the request is regenerated from scratch on the new weights. ``stats()`` counts both
 (``kept_tokens``, ``discarded_tokens``).
+
+Failover: a worker whose actor died (its node lost, OOM-killed, ``ray.kill``) is dropped at the
+first call that finds it gone; its queued and in-flight requests are requeued to the survivors and
+its sticky routes move to them (weights are synced to every worker each step, so any worker serves
+any env). Env loops never see the death; only when no worker is left does every request fail with
+:class:`~roll_core.errors.InferenceLost`, which stops the run with one message instead of counting
+env failures.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from roll_core.errors import InferenceLost
 from roll_core.strategies.base import GenerationOutput, GenerationRequest
 
 logger = logging.getLogger("roll.rollout")
@@ -93,7 +101,10 @@ class GenerateScheduler:
         self.version = 0
         self.partial_rollout = bool(partial_rollout)
         self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0,
-                       "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0}
+                       "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0,
+                       "requeued_lost": 0, "workers_lost": 0}
+        #: worker index (= actor_infer rank) -> why it was dropped (the first line of Ray's error)
+        self.lost: dict[int, str] = {}
         self.completed = 0  # requests answered
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
@@ -103,23 +114,60 @@ class GenerateScheduler:
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Queue ``request`` for its worker and await its output."""
         self._start()
-        worker = self._route(request.route_key)
         future = asyncio.get_running_loop().create_future()
-        self.queues[worker].append(_Pending(request, future))
-        self.arrivals[worker].set()
+        self._enqueue(_Pending(request, future))
         self.stats_["requests"] += 1
         return await future
 
+    def _alive(self) -> list[int]:
+        return [w for w in range(len(self.workers)) if w not in self.lost]
+
+    def _enqueue(self, pending: _Pending, *, front: bool = False) -> None:
+        if not self._alive():
+            if not pending.future.done():
+                pending.future.set_exception(self._all_lost())
+            return
+        worker = self._route(pending.request.route_key)
+        if front:
+            self.queues[worker].appendleft(pending)
+        else:
+            self.queues[worker].append(pending)
+        self.arrivals[worker].set()
+
     def _route(self, key: str | None) -> int:
-        """Sticky: a key keeps its worker; a new key goes to the worker with the fewest keys."""
+        """Sticky: a key keeps its worker; a new key goes to the live worker with the fewest keys."""
+        alive = self._alive()
         if key is None:
-            return min(range(len(self.workers)), key=lambda w: len(self.queues[w]))
+            return min(alive, key=lambda w: len(self.queues[w]))
         worker = self.routes.get(key)
-        if worker is None:
-            worker = min(range(len(self.workers)), key=lambda w: self.route_load[w])
+        if worker is None or worker in self.lost:
+            worker = min(alive, key=lambda w: self.route_load[w])
             self.routes[key] = worker
             self.route_load[worker] += 1
         return worker
+
+    def _all_lost(self) -> InferenceLost:
+        ranks = ", ".join(f"rank {w} ({cause})" for w, cause in sorted(self.lost.items()))
+        return InferenceLost(f"every actor_infer worker is gone: {ranks}")
+
+    def _drop_worker(self, worker: int, exc: BaseException, batch: list[_Pending]) -> None:
+        """Failover: forget ``worker``, move its routes and requeue its requests to the survivors."""
+        if worker not in self.lost:
+            self.lost[worker] = _first_line(exc)
+            self.stats_["workers_lost"] += 1
+            logger.warning("actor_infer rank %d is gone (%s); %d worker(s) go on", worker, self.lost[worker],
+                           len(self._alive()))
+        for key in [k for k, w in self.routes.items() if w == worker]:
+            del self.routes[key]  # routed again on the next request, to a survivor
+        self.route_load[worker] = 0
+        stranded = [p for p in batch if not p.future.done()]
+        while self.queues[worker]:
+            p = self.queues[worker].popleft()
+            if not p.future.done():
+                stranded.append(p)
+        self.stats_["requeued_lost"] += len(stranded)
+        for p in reversed(stranded):  # the oldest first again
+            self._enqueue(p, front=True)
 
     def _start(self) -> None:
         if not self._dispatchers:
@@ -148,7 +196,7 @@ class GenerateScheduler:
         return [queue.popleft() for _ in range(min(len(queue), self.max_batch_size))]
 
     async def _dispatch(self, worker: int) -> None:
-        while True:
+        while worker not in self.lost:
             batch = [p for p in await self._collect(worker) if not p.future.done()]
             if not batch:
                 continue
@@ -158,6 +206,8 @@ class GenerateScheduler:
             self.idle.clear()
             try:
                 outputs = await self.workers[worker].generate.remote([p.request for p in batch])
+            except _actor_errors() as exc:  # the worker is gone, not the request at fault
+                self._drop_worker(worker, exc, batch)
             except Exception as exc:
                 for p in batch:
                     if not p.future.done():
@@ -208,7 +258,7 @@ class GenerateScheduler:
     async def abort(self) -> None:
         """Pause and abort running batches; their requests continue (or regenerate) after :meth:`resume`."""
         self.pause()
-        await asyncio.gather(*(w.abort.remote(None) for w in self.workers), return_exceptions=True)
+        await asyncio.gather(*(self.workers[w].abort.remote(None) for w in self._alive()), return_exceptions=True)
         await self.idle.wait()
 
     async def update_weights(self, weights: Any, version: int, *, abort: bool = True) -> int:
@@ -224,11 +274,34 @@ class GenerateScheduler:
             await self.idle.wait()
         payload = weights[0] if isinstance(weights, list) else weights
         try:
-            await asyncio.gather(*(w.load_weights.remote(payload, version) for w in self.workers))
+            alive = self._alive()
+            results = await asyncio.gather(*(self.workers[w].load_weights.remote(payload, version) for w in alive),
+                                           return_exceptions=True)
+            for w, result in zip(alive, results):
+                if isinstance(result, _actor_errors()):
+                    self._drop_worker(w, result, [])
+                elif isinstance(result, BaseException):
+                    raise result
+            if not self._alive():
+                raise self._all_lost()
             self.version = int(version)
         finally:
             self.resume()
         return self.version
+
+    def lost_workers(self) -> dict[int, str]:
+        """Dropped workers (index = actor_infer rank) and why."""
+        return dict(self.lost)
+
+    async def check_workers(self, timeout_s: float = 5.0) -> dict[int, str]:
+        """Ping every live worker, drop the dead ones (moving their work), return :meth:`lost_workers`."""
+        alive = self._alive()
+        pings = [asyncio.wait_for(asyncio.ensure_future(self.workers[w].policy_version.remote()), timeout_s)
+                 for w in alive]
+        for w, result in zip(alive, await asyncio.gather(*pings, return_exceptions=True)):
+            if isinstance(result, _actor_errors()):
+                self._drop_worker(w, result, [])
+        return self.lost_workers()
 
     def activity(self) -> dict[str, float]:
         """Cumulative generating time and answered requests; differences over a window of the
@@ -240,4 +313,16 @@ class GenerateScheduler:
         batches = max(self.stats_["batches"], 1)
         return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
                 "queued": sum(len(q) for q in self.queues), "paused": not self.resumed.is_set(),
-                "version": self.version, "routes": len(self.routes)}
+                "version": self.version, "routes": len(self.routes), "workers": len(self._alive())}
+
+
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    """Ray's errors for a worker actor that is gone (died, or unreachable with its node)."""
+    from ray.exceptions import RayActorError
+
+    return (RayActorError,)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
