@@ -356,6 +356,9 @@ class TrainingLoop:
         generated_after = self.generation.activity()
         metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
         metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
+        # failover (issue 35): live inference workers, and requests moved off lost ones so far
+        metrics["rollout/inference_workers"] = generated_after["workers"]
+        metrics["rollout/requeued_lost_requests"] = generated_after["requeued_lost"]
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step

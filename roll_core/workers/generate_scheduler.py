@@ -307,7 +307,8 @@ class GenerateScheduler:
         """Cumulative generating time and answered requests; differences over a window of the
         driver's (a train step) say how much generation overlapped it."""
         running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
-        return {"busy_s": self.busy_s + running, "completed": float(self.completed)}
+        return {"busy_s": self.busy_s + running, "completed": float(self.completed),
+                "workers": float(len(self._alive())), "requeued_lost": float(self.stats_["requeued_lost"])}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)

@@ -97,7 +97,8 @@ class InferGroup:
         return ray.get(self.scheduler.stats.remote())
 
     def activity(self) -> dict[str, float]:
-        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
+        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far, the live
+        ``workers`` and ``requeued_lost`` (requests moved off lost workers)."""
         import ray
 
         return ray.get(self.scheduler.activity.remote())
