@@ -99,7 +99,10 @@ def layout_lines(run) -> list[str]:
         lines.append(f"  {described}")
         pin = dict(layout.roles[role].ray_resources)
         for slot in layout.roles[role].ranks:
-            devices = ", ".join(map(str, slot.devices))
-            lines.append(f"    rank {slot.rank}: {'device' if len(slot.devices) == 1 else 'devices'} {devices} "
-                         f"(bundle {slot.bundle}{f', ray_resources {pin}' if pin else ''})")
+            if isinstance(slot.devices[0], str):  # no device_mapping: a slot of the rank's own
+                where = "a slot of its own"
+            else:
+                where = f"{'device' if len(slot.devices) == 1 else 'devices'} {', '.join(map(str, slot.devices))}"
+            lines.append(f"    rank {slot.rank}: {where} (bundle {slot.bundle}"
+                         f"{f', ray_resources {pin}' if pin else ''})")
     return lines
