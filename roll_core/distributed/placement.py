@@ -194,6 +194,37 @@ class Placement:
             self.pg = None
 
 
+def write_placement(path: str, ranks: dict[str, Any], actors: dict[str, Any], *, run_id: str, resumed: bool) -> str:
+    """``placement.json``: role -> ranks (as :meth:`Placement.to_json`) at the top level, ``actors``
+    (env managers, group queues, the generate scheduler) beside them, and under ``earlier`` the layouts
+    of the runs a resumed run continues (each with its own ``started``), oldest first; a new run
+    starts the file afresh. ``run_id`` tells the run's own earlier write (ranks first, then actors)."""
+    import time
+
+    earlier: list[dict[str, Any]] = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                old = json.load(f)
+            except ValueError:
+                old = {}
+        # the same run writes twice (ranks, then its actors): its own entry is replaced, not kept
+        same_run = old.get("run_id") == run_id
+        if resumed or same_run:
+            earlier = list(old.get("earlier", []))
+            if not same_run:
+                earlier.append({k: v for k, v in old.items() if k != "earlier"})
+        started = old.get("started") if same_run else None
+    else:
+        started = None
+    doc = {**ranks, "actors": actors, "started": started or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "run_id": run_id, "earlier": earlier}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
 def _ranks(ranks: list[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"

@@ -34,6 +34,7 @@ import math
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,7 @@ class TrainingLoop:
         self._stop_requested = False
         self._saved_on_stop: str | None = None
         self._base_synced = False  # the inference engines hold the train workers' base model
+        self._run_id = uuid.uuid4().hex[:12]  # this run's entry in placement.json
 
     # -- what a pipeline provides ------------------------------------------------------------------
     def title(self) -> str:
@@ -170,7 +172,36 @@ class TrainingLoop:
         self.placement = Placement.create(layout)
         for line in self.placement.describe():
             self.tracker.print(f"  {line}")
-        self.placement.save(os.path.join(self.config.logging_dir, PLACEMENT_FILE))
+        self.save_placement()
+
+    def save_placement(self, actors: dict[str, list[dict[str, Any]]] | None = None) -> str:
+        """``placement.json``: this run's ranks and (once started) the other actors roll placed; a
+        resumed run keeps the layouts of the runs before it under ``earlier`` (see
+        :func:`~roll_core.distributed.placement.write_placement`)."""
+        from roll_core.distributed.placement import write_placement
+
+        return write_placement(os.path.join(self.config.logging_dir, PLACEMENT_FILE), self.placement.to_json(),
+                               actors or {}, run_id=self._run_id, resumed=bool(self.config.resume_from_checkpoint))
+
+    def placed_actors(self) -> dict[str, list[dict[str, Any]]]:
+        """Where the actors beside the ranks run: the generate scheduler and each rollout's group
+        queue (on the driver's node, which must outlive the run) and env managers (spread; recorded
+        where they started: Ray restarts one elsewhere when its node is lost)."""
+        import ray
+
+        driver = {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address()}
+        actors: dict[str, list[dict[str, Any]]] = {}
+        if self.generation is not None:
+            actors["generate_scheduler"] = [driver]
+        for rollout in self.rollouts_to_close():
+            scheduler = getattr(rollout, "scheduler", None)
+            info, spec = getattr(scheduler, "worker_info", None), getattr(scheduler, "spec", None)
+            if info is None or spec is None:
+                continue
+            actors[f"{spec.mode}_group_queue"] = [driver]
+            actors[f"{spec.mode}_env_managers"] = [
+                {"worker": int(i["worker"]), "node_id": i["node_id"], "groups": list(i["groups"])} for i in info]
+        return actors
 
     def start_generation(self) -> Any:
         """The run's inference workers (``actor_infer``, one per rank) behind one generate scheduler."""
@@ -254,6 +285,7 @@ class TrainingLoop:
         resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
         self.start_placement()
         self.start_rollouts()
+        self.save_placement(self.placed_actors())
         interrupted = None
         try:
             with self._interrupt_guard():
