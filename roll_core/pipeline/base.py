@@ -300,7 +300,10 @@ class TrainingLoop:
                 except RunInterrupted as stop:
                     interrupted = str(stop)
         except Exception as exc:
-            lost, why = self.lost_ranks(exc)
+            try:
+                lost, why = self.lost_ranks(exc)
+            except Exception:  # noqa: BLE001  # the cluster cannot even say: the original error stands
+                lost, why = [], ""
             if not lost:
                 raise
             # the surviving ranks' errors (a collective with the lost one) would follow the message
