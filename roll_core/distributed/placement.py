@@ -116,15 +116,28 @@ class Placement:
 
     def _locate(self) -> None:
         import ray
+        from ray.util.placement_group import placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # a bundle's node is in the placement group table; only its GPU ids need a task inside it.
+        # CPU bundles run no probe: a probe's pooled worker, killed once the bundle's actors start,
+        # sometimes died with a "Mutex corrupt" SIGABRT dump in the run's output (not reproduced
+        # on demand: this removes the process that printed it, on CPU clusters)
+        node_of = {int(k): v for k, v in placement_group_table(self.pg).get("bundles_to_node_id", {}).items()}
+        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         probe = ray.remote(_probe)
-        probes = []
+        found: list[Any] = []
         for bundle in self.layout.bundles:
+            node_id = node_of.get(bundle.index)
+            if not bundle.gpu and node_id in ips:
+                found.append((node_id, ips[node_id], []))
+                continue
             strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle.index)
             gpus = float(len(bundle.devices)) if bundle.gpu else 0.0
-            probes.append(probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy).remote())
-        found = ray.get(probes)
+            found.append(probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy).remote())
+        refs = [f for f in found if not isinstance(f, tuple)]
+        answers = iter(ray.get(refs))
+        found = [f if isinstance(f, tuple) else tuple(next(answers)) for f in found]
         for role, lay in self.layout.roles.items():
             placed = []
             for slot in lay.ranks:
