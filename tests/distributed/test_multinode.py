@@ -173,3 +173,20 @@ def test_a_lost_inference_node_is_failed_over_and_training_finishes_with_the_sur
     assert pipeline.step == 3 and [h["rollout/inference_workers"] for h in history] == [2.0, 1.0, 1.0]
     assert not any(k.endswith("generation_error") and v for h in history for k, v in h.items())
     print("requeued requests of the lost worker:", history[-1]["rollout/requeued_lost_requests"])
+
+
+def test_losing_the_last_inference_worker_stops_the_run_with_the_one_message(infer_cluster, tmp_path):
+    import ray
+
+    pipeline, thread, outcome = start(tmp_path, steps=4, **{"+actor_train.world_size": "1"})
+    try:
+        wait_for_step(pipeline, 1, thread, outcome)
+        ray.kill(pipeline.generation.workers[0], no_restart=True)
+        thread.join(timeout=300)
+    finally:
+        pipeline._stop_requested = True
+        thread.join(timeout=120)
+    message = str(outcome.get("error"))
+    assert "stops at step" in message and "(none of the 1 actor_infer workers is left)" in message, message
+    assert "Lost: actor_infer rank 0 on node " in message and "env tag" not in message
+    assert "Continue from the last checkpoint (step " in message and "resume_from_checkpoint=" in message
