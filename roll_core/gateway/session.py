@@ -257,7 +257,7 @@ class Session:
         except GatewayError:
             raise
         except InferenceLost as exc:  # no inference worker left: the run stops, the episode is not to blame
-            self.fail("inference_lost")
+            self.fail("inference_lost", exc)
             raise GatewayError(503, str(exc), type="server_error", code="inference_lost") from exc
         except Exception as exc:
             self.fail("generation_error", exc)
