@@ -47,3 +47,11 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     if not hits:
         return ""
     return " Did you mean " + " or ".join(repr(h) for h in hits) + "?"
+
+
+class InferenceLost(RollError):
+    """Every inference worker (``actor_infer`` rank) is gone: generation cannot go on.
+
+    Raised by the generate scheduler to the env loops, which stop the rollout with it instead of
+    counting it as an env failure; the pipeline turns it into its stop message (lost ranks, resume).
+    """

@@ -128,6 +128,8 @@ class Run:
     warnings: tuple[str, ...] = ()
     #: the reference log-probs come from actor_train with its LoRA adapters disabled (no reference workers)
     reference_from_actor: bool = False
+    #: the CLI arguments that started the run (``run CONFIG key=value ...``), for the resume advice
+    argv: tuple[str, ...] = ()
 
     # -- what the run does ----------------------------------------------------------------------
     @property

@@ -1,4 +1,8 @@
-"""``roll config show CONFIG [KEY=VALUE ...]``: the config a run would use, as YAML.
+"""``roll config show CONFIG [KEY=VALUE ...]``: the config a run would use, as YAML, and its layout.
+
+The layout (roles -> ranks -> devices, :func:`roll_core.distributed.layout.build_layout`) follows
+as YAML comments: it is computed without Ray, and a config whose ``world_size``, ``device_mapping``
+and ``num_gpus_per_worker`` contradict each other is refused by the resolve that precedes it.
 
 Also home of the config arguments ``roll run`` shares: ``CONFIG`` is a YAML file, or a directory
 with ``--config-name`` (ROLL's ``--config_path`` / ``--config_name`` spellings work too), followed
@@ -78,4 +82,27 @@ def cmd_show(args) -> int:
 
     loaded = load_from_args(args, resolve_plugins=not args.no_resolve)
     sys.stdout.write(dump_config(loaded) if args.no_resolve else loaded.to_yaml())
+    if not args.no_resolve:
+        sys.stdout.write("".join(f"# {line}\n" for line in layout_lines(loaded)))
     return 0
+
+
+def layout_lines(run) -> list[str]:
+    """Where a run's ranks go: one line per role, then one per rank with its devices."""
+    from roll_core.distributed.layout import build_layout
+
+    roles = [*run.train_roles, "actor_infer"]
+    lines = ["layout (roles -> ranks -> devices; on a cluster without GPUs every rank takes a CPU slot "
+             "instead, and ray_resources pin roles to nodes):"]
+    layout = build_layout(run.config, roles, on_gpus=True)
+    for role, described in zip(layout.roles, layout.describe()):
+        lines.append(f"  {described}")
+        pin = dict(layout.roles[role].ray_resources)
+        for slot in layout.roles[role].ranks:
+            if isinstance(slot.devices[0], str):  # no device_mapping: a slot of the rank's own
+                where = "a slot of its own"
+            else:
+                where = f"{'device' if len(slot.devices) == 1 else 'devices'} {', '.join(map(str, slot.devices))}"
+            lines.append(f"    rank {slot.rank}: {where} (bundle {slot.bundle}"
+                         f"{f', ray_resources {pin}' if pin else ''})")
+    return lines

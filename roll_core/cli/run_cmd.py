@@ -24,7 +24,10 @@ def register(subparsers) -> None:
 
 
 def cmd_run(args) -> int:
-    resolved = load_from_args(args, resolve_plugins=True)
+    from dataclasses import replace
+
+    # the run's own command line: a run that stops for a lost rank says how to continue with it
+    resolved = replace(load_from_args(args, resolve_plugins=True), argv=tuple(getattr(args, "argv", ())))
     launch = pipeline_launch()
     result = launch(resolved, address=args.address)
     return result if isinstance(result, int) else 0

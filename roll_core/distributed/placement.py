@@ -116,15 +116,28 @@ class Placement:
 
     def _locate(self) -> None:
         import ray
+        from ray.util.placement_group import placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # a bundle's node is in the placement group table; only its GPU ids need a task inside it.
+        # CPU bundles run no probe: a probe's pooled worker, killed once the bundle's actors start,
+        # sometimes died with a "Mutex corrupt" SIGABRT dump in the run's output (not reproduced
+        # on demand: this removes the process that printed it, on CPU clusters)
+        node_of = {int(k): v for k, v in placement_group_table(self.pg).get("bundles_to_node_id", {}).items()}
+        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         probe = ray.remote(_probe)
-        probes = []
+        found: list[Any] = []
         for bundle in self.layout.bundles:
+            node_id = node_of.get(bundle.index)
+            if not bundle.gpu and node_id in ips:
+                found.append((node_id, ips[node_id], []))
+                continue
             strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle.index)
             gpus = float(len(bundle.devices)) if bundle.gpu else 0.0
-            probes.append(probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy).remote())
-        found = ray.get(probes)
+            found.append(probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy).remote())
+        refs = [f for f in found if not isinstance(f, tuple)]
+        answers = iter(ray.get(refs))
+        found = [f if isinstance(f, tuple) else tuple(next(answers)) for f in found]
         for role, lay in self.layout.roles.items():
             placed = []
             for slot in lay.ranks:
@@ -192,6 +205,37 @@ class Placement:
             except Exception:  # the cluster may be gone already (shutdown after a failure)
                 pass
             self.pg = None
+
+
+def write_placement(path: str, ranks: dict[str, Any], actors: dict[str, Any], *, run_id: str, resumed: bool) -> str:
+    """``placement.json``: role -> ranks (as :meth:`Placement.to_json`) at the top level, ``actors``
+    (env managers, group queues, the generate scheduler) beside them, and under ``earlier`` the layouts
+    of the runs a resumed run continues (each with its own ``started``), oldest first; a new run
+    starts the file afresh. ``run_id`` tells the run's own earlier write (ranks first, then actors)."""
+    import time
+
+    earlier: list[dict[str, Any]] = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                old = json.load(f)
+            except ValueError:
+                old = {}
+        # the same run writes twice (ranks, then its actors): its own entry is replaced, not kept
+        same_run = old.get("run_id") == run_id
+        if resumed or same_run:
+            earlier = list(old.get("earlier", []))
+            if not same_run:
+                earlier.append({k: v for k, v in old.items() if k != "earlier"})
+        started = old.get("started") if same_run else None
+    else:
+        started = None
+    doc = {**ranks, "actors": actors, "started": started or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "run_id": run_id, "earlier": earlier}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    return path
 
 
 def _ranks(ranks: list[int]) -> str:

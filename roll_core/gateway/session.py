@@ -40,6 +40,7 @@ from jinja2.exceptions import TemplateError
 
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import IncrementalPrompt
+from roll_core.errors import InferenceLost
 from roll_core.gateway.openai_wire import ChatCompletionRequest, GatewayError, bad_request, stop_strings
 from roll_core.gateway.tools import (
     ParsedReply,
@@ -165,7 +166,7 @@ class Session:
         self.last_activity = time.monotonic()
         self.closed = False
         #: why the episode ended early: max_steps | sequence_length (truncation, rows kept), or a
-        #: failure (stale, cancelled, generation_error); None while it runs normally
+        #: failure (stale, cancelled, generation_error, inference_lost); None while it runs normally
         self.end_reason: str | None = None
         self._refused_at = 0  # admitted requests when end_reason was set (later calls clear it)
         self.failure: str | None = None
@@ -255,6 +256,9 @@ class Session:
                                              for r in requests))
         except GatewayError:
             raise
+        except InferenceLost as exc:  # no inference worker left: the run stops, the episode is not to blame
+            self.fail("inference_lost", exc)
+            raise GatewayError(503, str(exc), type="server_error", code="inference_lost") from exc
         except Exception as exc:
             self.fail("generation_error", exc)
             code = getattr(exc, "gateway_code", None) or "generation_error"

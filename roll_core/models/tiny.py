@@ -87,6 +87,7 @@ def build_tiny_model(spec: TinySpec | str, seed: int, out_dir: str) -> str:
     import torch
     from transformers import Qwen2ForCausalLM
 
+    from roll_core.models.saving import save_pretrained
     from roll_core.models.tokenizer import build_tiny_tokenizer
 
     spec = TINY_SPECS[spec] if isinstance(spec, str) else spec
@@ -98,7 +99,7 @@ def build_tiny_model(spec: TinySpec | str, seed: int, out_dir: str) -> str:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir)
+    save_pretrained(model, out_dir)
     tokenizer.save_pretrained(out_dir)
     with open(os.path.join(out_dir, SPEC_FILE), "w", encoding="utf-8") as f:
         json.dump({**asdict(spec), "seed": seed, "tokenizer_version": TOKENIZER_VERSION,

@@ -34,12 +34,14 @@ import math
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from roll_core.errors import ConfigError, RollError
 from roll_core.pipeline import checkpoint as ckpt
+from roll_core.pipeline.stop import LostRank, stop_message
 from roll_core.pipeline.tracking import MetricsTracker
 from roll_core.workers.train_group import RankLost
 
@@ -110,6 +112,7 @@ class TrainingLoop:
         self._stop_requested = False
         self._saved_on_stop: str | None = None
         self._base_synced = False  # the inference engines hold the train workers' base model
+        self._run_id = uuid.uuid4().hex[:12]  # this run's entry in placement.json
 
     # -- what a pipeline provides ------------------------------------------------------------------
     def title(self) -> str:
@@ -169,7 +172,36 @@ class TrainingLoop:
         self.placement = Placement.create(layout)
         for line in self.placement.describe():
             self.tracker.print(f"  {line}")
-        self.placement.save(os.path.join(self.config.logging_dir, PLACEMENT_FILE))
+        self.save_placement()
+
+    def save_placement(self, actors: dict[str, list[dict[str, Any]]] | None = None) -> str:
+        """``placement.json``: this run's ranks and (once started) the other actors roll placed; a
+        resumed run keeps the layouts of the runs before it under ``earlier`` (see
+        :func:`~roll_core.distributed.placement.write_placement`)."""
+        from roll_core.distributed.placement import write_placement
+
+        return write_placement(os.path.join(self.config.logging_dir, PLACEMENT_FILE), self.placement.to_json(),
+                               actors or {}, run_id=self._run_id, resumed=bool(self.config.resume_from_checkpoint))
+
+    def placed_actors(self) -> dict[str, list[dict[str, Any]]]:
+        """Where the actors beside the ranks run: the generate scheduler and each rollout's group
+        queue (on the driver's node, which must outlive the run) and env managers (spread; recorded
+        where they started: Ray restarts one elsewhere when its node is lost)."""
+        import ray
+
+        driver = {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address()}
+        actors: dict[str, list[dict[str, Any]]] = {}
+        if self.generation is not None:
+            actors["generate_scheduler"] = [driver]
+        for rollout in self.rollouts_to_close():
+            scheduler = getattr(rollout, "scheduler", None)
+            info, spec = getattr(scheduler, "worker_info", None), getattr(scheduler, "spec", None)
+            if info is None or spec is None:
+                continue
+            actors[f"{spec.mode}_group_queue"] = [driver]
+            actors[f"{spec.mode}_env_managers"] = [
+                {"worker": int(i["worker"]), "node_id": i["node_id"], "groups": list(i["groups"])} for i in info]
+        return actors
 
     def start_generation(self) -> Any:
         """The run's inference workers (``actor_infer``, one per rank) behind one generate scheduler."""
@@ -253,6 +285,7 @@ class TrainingLoop:
         resume = ckpt.resolve_resume_path(c.resume_from_checkpoint, c.output_dir)
         self.start_placement()
         self.start_rollouts()
+        self.save_placement(self.placed_actors())
         interrupted = None
         try:
             with self._interrupt_guard():
@@ -266,9 +299,16 @@ class TrainingLoop:
                         self.train_step()
                 except RunInterrupted as stop:
                     interrupted = str(stop)
-        except RankLost as exc:
-            raise RollError(f"{exc}. The run stops at step {self.step}: a lost training rank cannot be replaced "
-                            f"mid-step. {self.resume_advice()}") from exc
+        except Exception as exc:
+            try:
+                lost, why = self.lost_ranks(exc)
+            except Exception:  # noqa: BLE001  # the cluster cannot even say: the original error stands
+                lost, why = [], ""
+            if not lost:
+                raise
+            # the surviving ranks' errors (a collective with the lost one) would follow the message
+            os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+            raise RollError(self.stop_message(lost, why)) from exc
         if self._stop_requested:  # say what was saved, after the guard saved it
             if self._saved_on_stop:
                 self.tracker.print(f"stopped after step {self.step}; checkpoint saved: {self._saved_on_stop} "
@@ -280,12 +320,31 @@ class TrainingLoop:
         self.finish()
         return 130 if self._stop_requested else 0
 
-    def resume_advice(self) -> str:
+    def lost_ranks(self, exc: BaseException) -> tuple[list[LostRank], str]:
+        """Every rank that is gone when ``exc`` stopped the loop, and why the run cannot go on; none
+        when the run can (or ``exc`` has another cause). Inference workers fail over, so their loss
+        stops the run only when none is left."""
+        lost: list[LostRank] = []
+        for role, group in self.workers.items():
+            for rank, cause in group.dead_ranks():
+                where = group.placed[rank]
+                lost.append(LostRank(role, rank, where.node_id, where.node_ip, cause))
+        if isinstance(exc, RankLost) and not any((r.role, r.rank) == (exc.role, exc.rank) for r in lost):
+            where = self.workers[exc.role].placed[exc.rank] if exc.role in self.workers else None
+            lost.append(LostRank(exc.role, exc.rank, where.node_id if where else "", exc.node, exc.cause))
+        inference = self.generation.lost_ranks() if self.generation is not None else []
+        no_inference = self.generation is not None and len(inference) == self.generation.world_size
+        if not lost and not no_inference:
+            return [], ""
+        why = ("a lost training rank cannot be replaced mid-step" if lost
+               else f"none of the {self.generation.world_size} actor_infer workers is left")
+        lost += [LostRank("actor_infer", *rank) for rank in inference]
+        return lost, why
+
+    def stop_message(self, lost: list[LostRank], why: str) -> str:
         found = ckpt.list_checkpoints(self.config.output_dir)
-        if not found:
-            return "No checkpoint was saved yet; start the run again (save_steps sets how often it saves)."
-        return f"Continue from the last checkpoint (step {found[-1][0]}) with: roll run CONFIG " \
-               f"resume_from_checkpoint={found[-1][1]}"
+        return stop_message(lost, step=self.step, why=why, checkpoint=found[-1] if found else None,
+                            argv=self.resolved.argv)
 
     def check_interrupt(self, where: str) -> None:
         """Stop before the first RL step (the warm start, validation) when Ctrl-C was pressed."""
@@ -332,6 +391,9 @@ class TrainingLoop:
         generated_after = self.generation.activity()
         metrics["time/generation_overlap"] = generated_after["busy_s"] - generated_before["busy_s"]
         metrics["rollout/turns_during_training"] = generated_after["completed"] - generated_before["completed"]
+        # failover (issue 35): live inference workers, and requests moved off lost ones so far
+        metrics["rollout/inference_workers"] = generated_after["workers"]
+        metrics["rollout/requeued_lost_requests"] = generated_after["requeued_lost"]
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step

@@ -28,6 +28,7 @@ import torch
 
 from roll_core.errors import RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.models.saving import save_pretrained
 from roll_core.strategies.base import CriticStrategy
 from roll_core.strategies.hf_common import (
     checked_config_overrides,
@@ -167,7 +168,7 @@ class HFCriticStrategy(OptimizedModel, CriticStrategy):
             if self.lora is not None:
                 save_adapter(self.model.backbone, path)
             else:
-                self.model.backbone.save_pretrained(path)
+                save_pretrained(self.model.backbone, path)
             self.tokenizer.save_pretrained(path)
             head = {k: v.detach().cpu().contiguous() for k, v in self.model.value_head.state_dict().items()}
             save_file(head, os.path.join(path, VALUE_HEAD_FILE))

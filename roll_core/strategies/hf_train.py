@@ -59,6 +59,7 @@ import torch
 
 from roll_core.errors import ConfigError, RollError
 from roll_core.models import load_tokenizer, resolve_pretrain
+from roll_core.models.saving import save_pretrained
 from roll_core.strategies.base import LossFn, TrainStrategy
 from roll_core.strategies.hf_common import (
     freeze_prefixes,
@@ -441,7 +442,7 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
                 if self.save_merged:
                     save_merged(self.model, self.tokenizer, os.path.join(path, "merged"))
             else:
-                self.model.save_pretrained(path)
+                save_pretrained(self.model, path)
             self.tokenizer.save_pretrained(path)
         self._save_trainer_state(path)
 

@@ -29,6 +29,13 @@ i mod N). A round is then the set of episodes alive at turn t, whatever the timi
 chunk's composition does not depend on the number of workers. A round that waits
 ``LOCKSTEP_TIMEOUT_S`` without any arrival or leave (a count gone wrong after a fault) is
 generated as it is, and counted.
+
+Failover: a worker whose actor died (its node lost, OOM-killed, ``ray.kill``) is dropped at the
+first call that finds it gone; its queued and in-flight requests are requeued to the survivors and
+its sticky routes move to them (weights are synced to every worker each step, so any worker serves
+any env). Env loops never see the death; only when no worker is left does every request fail with
+:class:`~roll_core.errors.InferenceLost`, which stops the run with one message instead of counting
+env failures.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from roll_core.errors import InferenceLost
 from roll_core.strategies.base import GenerationOutput, GenerationRequest
 
 logger = logging.getLogger("roll.rollout")
@@ -108,10 +116,12 @@ class GenerateScheduler:
         self.partial_rollout = bool(partial_rollout)
         self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0,
                        "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0,
-                       "rounds": 0, "lockstep_timeouts": 0}
+                       "rounds": 0, "lockstep_timeouts": 0, "requeued_lost": 0, "workers_lost": 0}
         self.players = 0  # lock-step: env loops announced by expect() that have not left yet
         self.round: list[_Pending] = []
         self.round_changed = asyncio.Event()
+        #: worker index (= actor_infer rank) -> why it was dropped (the first line of Ray's error)
+        self.lost: dict[int, str] = {}
         self.completed = 0  # requests answered
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
@@ -127,9 +137,7 @@ class GenerateScheduler:
             self.round.append(_Pending(request, future))
             self.round_changed.set()
             return await future
-        worker = self._route(request.route_key)
-        self.queues[worker].append(_Pending(request, future))
-        self.arrivals[worker].set()
+        self._enqueue(_Pending(request, future))
         return await future
 
     async def generate_all(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
@@ -158,16 +166,55 @@ class GenerateScheduler:
             self.players -= 1
             self.round_changed.set()
 
+    def _alive(self) -> list[int]:
+        return [w for w in range(len(self.workers)) if w not in self.lost]
+
+    def _enqueue(self, pending: _Pending, *, front: bool = False) -> None:
+        if not self._alive():
+            if not pending.future.done():
+                pending.future.set_exception(self._all_lost())
+            return
+        worker = self._route(pending.request.route_key)
+        if front:
+            self.queues[worker].appendleft(pending)
+        else:
+            self.queues[worker].append(pending)
+        self.arrivals[worker].set()
+
     def _route(self, key: str | None) -> int:
-        """Sticky: a key keeps its worker; a new key goes to the worker with the fewest keys."""
+        """Sticky: a key keeps its worker; a new key goes to the live worker with the fewest keys."""
+        alive = self._alive()
         if key is None:
-            return min(range(len(self.workers)), key=lambda w: len(self.queues[w]))
+            return min(alive, key=lambda w: len(self.queues[w]))
         worker = self.routes.get(key)
-        if worker is None:
-            worker = min(range(len(self.workers)), key=lambda w: self.route_load[w])
+        if worker is None or worker in self.lost:
+            worker = min(alive, key=lambda w: self.route_load[w])
             self.routes[key] = worker
             self.route_load[worker] += 1
         return worker
+
+    def _all_lost(self) -> InferenceLost:
+        ranks = ", ".join(f"rank {w} ({cause})" for w, cause in sorted(self.lost.items()))
+        return InferenceLost(f"every actor_infer worker is gone: {ranks}")
+
+    def _drop_worker(self, worker: int, exc: BaseException, batch: list[_Pending]) -> None:
+        """Failover: forget ``worker``, move its routes and requeue its requests to the survivors."""
+        if worker not in self.lost:
+            self.lost[worker] = _first_line(exc)
+            self.stats_["workers_lost"] += 1
+            logger.warning("actor_infer rank %d is gone (%s); %d worker(s) go on", worker, self.lost[worker],
+                           len(self._alive()))
+        for key in [k for k, w in self.routes.items() if w == worker]:
+            del self.routes[key]  # routed again on the next request, to a survivor
+        self.route_load[worker] = 0
+        stranded = [p for p in batch if not p.future.done()]
+        while self.queues[worker]:
+            p = self.queues[worker].popleft()
+            if not p.future.done():
+                stranded.append(p)
+        self.stats_["requeued_lost"] += len(stranded)
+        for p in reversed(stranded):  # the oldest first again
+            self._enqueue(p, front=True)
 
     def _start(self) -> None:
         if not self._dispatchers:
@@ -197,7 +244,7 @@ class GenerateScheduler:
         return [queue.popleft() for _ in range(min(len(queue), self.max_batch_size))]
 
     async def _dispatch(self, worker: int) -> None:
-        while True:
+        while worker not in self.lost:
             batch = [p for p in await self._collect(worker) if not p.future.done()]
             if batch:
                 requeue = await self._run(worker, batch)
@@ -214,6 +261,8 @@ class GenerateScheduler:
         requeue = []
         try:
             outputs = await self.workers[worker].generate.remote([p.request for p in batch])
+        except _actor_errors() as exc:  # the worker is gone, not the request at fault
+            self._drop_worker(worker, exc, batch)
         except Exception as exc:
             for p in batch:
                 if not p.future.done():
@@ -240,16 +289,28 @@ class GenerateScheduler:
                 continue
             self.stats_["rounds"] += 1
             batch.sort(key=lambda p: (len(p.request.prompt_ids), p.request.request_id))
-            size, n = self.max_batch_size, len(self.workers)
+            alive = self._alive()
+            if not alive:
+                for p in batch:
+                    p.future.set_exception(self._all_lost())
+                continue
+            size, n = self.max_batch_size, len(alive)
             chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
-            requeued = await asyncio.gather(*(self._run_chunks(w, chunks[w::n]) for w in range(min(n, len(chunks)))))
+            requeued = await asyncio.gather(*(self._run_chunks(alive[k], chunks[k::n])
+                                              for k in range(min(n, len(chunks)))))
             requeue = [p for part in requeued for p in part]
             if requeue:  # aborted by a weight update: the same loops, in the next round
                 self.round.extend(requeue)
                 self.round_changed.set()
 
     async def _run_chunks(self, worker: int, chunks: list[list[_Pending]]) -> list[_Pending]:
-        return [p for chunk in chunks for p in await self._run(worker, chunk)]
+        requeue = []
+        for chunk in chunks:
+            if worker in self.lost:  # it died on an earlier chunk: the survivors take the rest (failover)
+                self._drop_worker(worker, RuntimeError(self.lost[worker]), chunk)
+            else:
+                requeue += await self._run(worker, chunk)
+        return requeue
 
     async def _complete_round(self) -> list[_Pending]:
         """Wait until every announced loop still playing has a request waiting; take them all."""
@@ -296,7 +357,7 @@ class GenerateScheduler:
     async def abort(self) -> None:
         """Pause and abort running batches; their requests continue (or regenerate) after :meth:`resume`."""
         self.pause()
-        await asyncio.gather(*(w.abort.remote(None) for w in self.workers), return_exceptions=True)
+        await asyncio.gather(*(self.workers[w].abort.remote(None) for w in self._alive()), return_exceptions=True)
         await self.idle.wait()
 
     async def update_weights(self, weights: Any, version: int, *, abort: bool = True) -> int:
@@ -312,21 +373,57 @@ class GenerateScheduler:
             await self.idle.wait()
         payload = weights[0] if isinstance(weights, list) else weights
         try:
-            await asyncio.gather(*(w.load_weights.remote(payload, version) for w in self.workers))
+            alive = self._alive()
+            results = await asyncio.gather(*(self.workers[w].load_weights.remote(payload, version) for w in alive),
+                                           return_exceptions=True)
+            for w, result in zip(alive, results):
+                if isinstance(result, _actor_errors()):
+                    self._drop_worker(w, result, [])
+                elif isinstance(result, BaseException):
+                    raise result
+            if not self._alive():
+                raise self._all_lost()
             self.version = int(version)
         finally:
             self.resume()
         return self.version
 
+    def lost_workers(self) -> dict[int, str]:
+        """Dropped workers (index = actor_infer rank) and why."""
+        return dict(self.lost)
+
+    async def check_workers(self, timeout_s: float = 5.0) -> dict[int, str]:
+        """Ping every live worker, drop the dead ones (moving their work), return :meth:`lost_workers`."""
+        alive = self._alive()
+        pings = [asyncio.wait_for(asyncio.ensure_future(self.workers[w].policy_version.remote()), timeout_s)
+                 for w in alive]
+        for w, result in zip(alive, await asyncio.gather(*pings, return_exceptions=True)):
+            if isinstance(result, _actor_errors()):
+                self._drop_worker(w, result, [])
+        return self.lost_workers()
+
     def activity(self) -> dict[str, float]:
         """Cumulative generating time and answered requests; differences over a window of the
         driver's (a train step) say how much generation overlapped it."""
         running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
-        return {"busy_s": self.busy_s + running, "completed": float(self.completed)}
+        return {"busy_s": self.busy_s + running, "completed": float(self.completed),
+                "workers": float(len(self._alive())), "requeued_lost": float(self.stats_["requeued_lost"])}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)
         return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
                 "queued": sum(len(q) for q in self.queues) + len(self.round), "players": self.players,
                 "paused": not self.resumed.is_set(),
-                "version": self.version, "routes": len(self.routes)}
+                "version": self.version, "routes": len(self.routes), "workers": len(self._alive())}
+
+
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    """Ray's errors for a worker actor that is gone (died, or unreachable with its node)."""
+    from ray.exceptions import RayActorError
+
+    return (RayActorError,)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

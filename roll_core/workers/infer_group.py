@@ -32,8 +32,10 @@ class InferGroup:
         config = run.config
         infer = config.actor_infer
         pretrain = run.model_path("actor_infer")
+        #: where each rank runs (the pipeline's placement), to name a lost one's node
+        self.placed = list(placement.ranks["actor_infer"]) if placement is not None else []
         if placement is not None:
-            worker_options = [placement.actor_options(config, p) for p in placement.ranks["actor_infer"]]
+            worker_options = [placement.actor_options(config, p) for p in self.placed]
         else:
             worker_options = [dict(options or {})] * max(1, num_workers)
         remote = ray.remote(InferWorker)
@@ -57,18 +59,46 @@ class InferGroup:
         refs = weights if isinstance(weights, list) else [ray.put(weights)]
         ray.get(self.scheduler.update_weights.remote(refs, version))
 
-    def offload(self) -> None:
-        import ray
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
 
-        ray.get([w.offload.remote() for w in self.workers])
+    def offload(self) -> None:
+        self._on_live_workers("offload")
 
     def reload(self) -> None:
+        self._on_live_workers("reload")
+
+    def _on_live_workers(self, method: str) -> None:
+        """Call ``method`` on every worker the scheduler has not dropped (a lost one is failed over)."""
         import ray
 
-        ray.get([w.reload.remote() for w in self.workers])
+        lost = self.lost_workers()
+        ray.get([getattr(w, method).remote() for i, w in enumerate(self.workers) if i not in lost])
+
+    def lost_workers(self, timeout_s: float = 30.0) -> dict[int, str]:
+        """Ranks whose worker is gone and why; the scheduler pings the others and fails the dead over."""
+        import ray
+
+        return ray.get(self.scheduler.check_workers.remote(), timeout=timeout_s)
+
+    def lost_ranks(self) -> list[tuple[int, str, str, str]]:
+        """``(rank, node_id, node_ip, cause)`` of every lost worker (node unknown without a placement)."""
+        out = []
+        for rank, cause in sorted(self.lost_workers().items()):
+            where = self.placed[rank] if rank < len(self.placed) else None
+            out.append((rank, where.node_id if where else "", where.node_ip if where else "?", cause))
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The scheduler's counters (requests, batches, ``requeued_lost``, ``workers_lost``, ...)."""
+        import ray
+
+        return ray.get(self.scheduler.stats.remote())
 
     def activity(self) -> dict[str, float]:
-        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far."""
+        """Cumulative ``busy_s`` (time generating) and ``completed`` (turns answered) so far, the live
+        ``workers`` and ``requeued_lost`` (requests moved off lost workers)."""
         import ray
 
         return ray.get(self.scheduler.activity.remote())
@@ -77,7 +107,10 @@ class InferGroup:
         import ray
 
         for actor in [self.scheduler, *self.workers]:
-            ray.kill(actor, no_restart=True)
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001  # already gone with its node
+                pass
 
 
 def start_generation(run: Run, *, placement: Any = None, num_workers: int = 1, options: Mapping[str, Any] | None = None,

@@ -40,7 +40,7 @@ class RankLost(RollError):
     """A rank of a worker group died; the run cannot go on without it."""
 
     def __init__(self, role: str, rank: int, node: str, cause: str):
-        self.role, self.rank, self.node = role, rank, node
+        self.role, self.rank, self.node, self.cause = role, rank, node, cause
         super().__init__(f"{role} rank {rank} (on node {node}) is gone: {cause}")
 
 
@@ -211,6 +211,10 @@ class TrainGroup:
                     raise RankLost(self.role, rank, self.placed[rank].node_ip, cause) from exc
                 raise exc.as_instanceof_cause() from None
         return ray.get(calls)
+
+    def dead_ranks(self, wait_s: float = 5.0) -> list[tuple[int, str]]:
+        """``(rank, cause)`` of every rank whose actor is gone (the pipeline's stop message names them all)."""
+        return self._dead_ranks(wait_s)
 
     def _dead_ranks(self, wait_s: float = 5.0) -> list[tuple[int, str]]:
         """Ranks whose actor is gone (a live rank blocked in a collective just does not answer)."""

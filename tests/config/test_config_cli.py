@@ -81,6 +81,30 @@ def test_show_resolves_through_the_process_registry(capsys, cfgtest_plugins, cfg
     assert shown["actor_train"]["model_args"]["model_name_or_path"] == "tiny"
 
 
+def test_show_prints_the_layout_as_comments(capsys, cfgtest_plugins, cfgtest_config):
+    code, out, err = run_main(capsys, "config", "show", str(cfgtest_config), "+actor_train.device_mapping=[0,1,2,3]",
+                              "+actor_train.num_gpus_per_worker=2", "+actor_infer.device_mapping=[2,3]",
+                              "+actor_infer.ray_resources={roll_infer: 1}")
+    assert code == 0, err
+    lines = out.splitlines()
+    comments = lines[lines.index(next(x for x in lines if x.startswith("# layout (roles -> ranks -> devices"))) + 1:]
+    assert comments == [
+        "#   actor_train: 2 ranks x 2 GPUs on devices 0-3 (shared with actor_infer)",
+        "#     rank 0: devices 0, 1 (bundle 0)",
+        "#     rank 1: devices 2, 3 (bundle 1)",
+        "#   actor_infer: 2 ranks x 1 GPU on devices 2-3 (shared with actor_train)",
+        "#     rank 0: device 2 (bundle 1, ray_resources {'roll_infer': 1.0})",
+        "#     rank 1: device 3 (bundle 1, ray_resources {'roll_infer': 1.0})",
+    ]
+    assert yaml.safe_load(out)["actor_train"]["num_gpus_per_worker"] == 2  # still one YAML document
+    # a contradiction is refused before anything is printed (and before Ray, in roll run)
+    code, out, err = run_main(capsys, "config", "show", str(cfgtest_config), "+actor_train.device_mapping=[0,1,2,3]",
+                              "+actor_train.num_gpus_per_worker=2", "+actor_train.world_size=4")
+    assert out == ""
+    assert_clean_error(code, err, "actor_train.world_size is 4, but device_mapping has 4 devices and "
+                                  "num_gpus_per_worker is 2, which makes 2 ranks")
+
+
 def test_show_roll_style_directory_and_name(capsys, fixtures):
     code, out, _ = run_main(capsys, "config", "show", "--config_path",
                             str(fixtures / "roll_layout/qwen2.5-0.5B-agentic"), "--config_name",
@@ -127,6 +151,8 @@ def test_run_hands_the_resolved_config_to_the_pipeline(capsys, monkeypatch, cfgt
     assert code == 0, err
     (config, address), = cfgtest_plugin.LAUNCHES
     assert isinstance(config, Run) and config.config.max_steps == 2
+    # the run keeps its command line, for the resume advice of a stop (pipeline/stop.py)
+    assert config.argv == ("run", str(cfgtest_config), "max_steps=2", "--address", "ray://head:10001")
     assert address == "ray://head:10001"
 
     cfgtest_plugin.LAUNCHES.clear()

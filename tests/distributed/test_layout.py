@@ -78,3 +78,25 @@ def test_ray_resources_go_into_the_bundles():
 def test_inconsistent_sizes_are_config_errors(sections, message):
     with pytest.raises(ConfigError, match=message):
         build_layout(config(**sections), ["actor_train", "actor_infer"], on_gpus=True)
+
+
+def test_placement_json_keeps_the_runs_a_resumed_run_continues(tmp_path):
+    import json
+
+    from roll_core.distributed.placement import write_placement
+
+    path = str(tmp_path / "placement.json")
+    first = {"actor_train": [{"rank": 0, "node_id": "n1"}]}
+    write_placement(path, first, {}, run_id="a", resumed=False)
+    write_placement(path, first, {"train_env_managers": [{"worker": 0, "node_id": "n2", "groups": [0]}]},
+                    run_id="a", resumed=False)  # the same run adds its actors: one entry
+    doc = json.load(open(path))
+    assert doc["earlier"] == [] and doc["actors"]["train_env_managers"][0]["node_id"] == "n2"
+    second = {"actor_train": [{"rank": 0, "node_id": "n3"}]}
+    write_placement(path, second, {"generate_scheduler": [{"node_id": "n3"}]}, run_id="b", resumed=True)
+    doc = json.load(open(path))
+    assert doc["actor_train"][0]["node_id"] == "n3" and doc["run_id"] == "b"
+    assert [(e["run_id"], e["actor_train"][0]["node_id"], list(e["actors"])) for e in doc["earlier"]] == [
+        ("a", "n1", ["train_env_managers"])]
+    write_placement(path, first, {}, run_id="c", resumed=False)  # a new run starts afresh
+    assert json.load(open(path))["earlier"] == []

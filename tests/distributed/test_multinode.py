@@ -121,8 +121,10 @@ def test_ranks_on_two_nodes_survive_a_lost_env_node_and_stop_cleanly_on_a_lost_t
     thread.join(timeout=300)
     assert not thread.is_alive()
     message = str(outcome.get("error"))
-    assert "actor_train rank 1" in message and "is gone" in message, message
-    assert "resume_from_checkpoint=" in message and pipeline.step <= 5
+    # one message: the lost rank with its node id and IP, the step, the last checkpoint, the command
+    assert f"actor_train rank 1 on node {nodes['trainers'].node_id[:12]} (" in message, message
+    assert "a lost training rank cannot be replaced mid-step" in message and ".." not in message
+    assert "resume_from_checkpoint=" in message and "\x1b" not in message and pipeline.step <= 5
     last = pipeline.step
 
     # 3. a replacement node joins; the run continues from its last checkpoint and finishes
@@ -132,3 +134,59 @@ def test_ranks_on_two_nodes_survive_a_lost_env_node_and_stop_cleanly_on_a_lost_t
     thread.join(timeout=600)
     assert outcome.get("code") == 0, outcome.get("error")
     assert resumed.step == last + 2 and reached <= last
+
+
+@pytest.fixture
+def infer_cluster():
+    """The head holds the driver, trainer, env managers and inference rank 0; node ``infer`` only rank 1."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"roll_infer": 1, "roll_trainer": 1, "roll_env": 4}})
+    node = c.add_node(num_cpus=1, resources={"roll_infer": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, node
+    ray.shutdown()
+    c.shutdown()
+
+
+def test_a_lost_inference_node_is_failed_over_and_training_finishes_with_the_survivor(infer_cluster, tmp_path):
+    c, infer_node = infer_cluster
+    pipeline, thread, outcome = start(tmp_path, steps=3, **{"+actor_train.world_size": "1", "+actor_infer.world_size": "2"})
+    try:
+        wait_for_step(pipeline, 1, thread, outcome)
+        placement = json.loads((tmp_path / "logs" / "placement.json").read_text())
+        assert sorted(r["node_id"] == infer_node.node_id for r in placement["actor_infer"]) == [False, True]
+        assert infer_node.node_id not in {r["node_id"] for r in placement["actor_train"]}
+
+        c.remove_node(infer_node, allow_graceful=False)  # mid-run: step 2's rollout is generating
+        thread.join(timeout=300)
+    finally:  # never leave the run's thread calling Ray after the fixture shut it down
+        pipeline._stop_requested = True
+        thread.join(timeout=120)
+    assert outcome.get("code") == 0, outcome.get("traceback")
+    history = [h for h in pipeline.tracker.history if "rollout/inference_workers" in h]
+    assert pipeline.step == 3 and [h["rollout/inference_workers"] for h in history] == [2.0, 1.0, 1.0]
+    assert not any(k.endswith("generation_error") and v for h in history for k, v in h.items())
+    print("requeued requests of the lost worker:", history[-1]["rollout/requeued_lost_requests"])
+
+
+def test_losing_the_last_inference_worker_stops_the_run_with_the_one_message(infer_cluster, tmp_path):
+    import ray
+
+    pipeline, thread, outcome = start(tmp_path, steps=4, **{"+actor_train.world_size": "1"})
+    try:
+        wait_for_step(pipeline, 1, thread, outcome)
+        ray.kill(pipeline.generation.workers[0], no_restart=True)
+        thread.join(timeout=300)
+    finally:
+        pipeline._stop_requested = True
+        thread.join(timeout=120)
+    message = str(outcome.get("error"))
+    assert "stops at step" in message and "(none of the 1 actor_infer workers is left)" in message, message
+    assert "Lost: actor_infer rank 0 on node " in message and "env tag" not in message
+    assert "Continue from the last checkpoint (step " in message and "resume_from_checkpoint=" in message

@@ -167,3 +167,86 @@ def test_reproducible_generation_is_on_for_synchronous_cpu_runs_unless_set():
     assert not reproducible_generation(config(0, False))
     assert reproducible_generation(config(0, True))
     assert not reproducible_generation(config(1, True))  # async: timing decides which weights generate
+
+
+class DyingWorker(FakeWorker):
+    """A worker whose actor dies after ``answers`` batches: every later call raises Ray's ActorDiedError."""
+
+    def __init__(self, name, answers, delay=0.05):
+        super().__init__(name, delay)
+        self.answers = answers
+        self.load_weights = _Method(self._load_or_die)
+        self.policy_version = _Method(self._version_or_die)
+
+    async def _generate(self, requests):
+        from ray.exceptions import ActorDiedError
+
+        if self.answers <= 0:
+            self.batches.append([r.request_id for r in requests])
+            await asyncio.sleep(self.delay)
+            raise ActorDiedError()
+        self.answers -= 1
+        return await super()._generate(requests)
+
+    async def _load_or_die(self, weights, version):
+        from ray.exceptions import ActorDiedError
+
+        raise ActorDiedError()
+
+    async def _version_or_die(self):
+        from ray.exceptions import ActorDiedError
+
+        raise ActorDiedError()
+
+
+def test_a_dead_worker_is_failed_over_its_routes_and_requests_move_to_the_survivor():
+    async def main():
+        dying, survivor = DyingWorker("a", answers=1), FakeWorker("b")
+        survivor.policy_version = _Method(lambda: asyncio.sleep(0, 0))
+        gen = GenerateScheduler([dying, survivor], max_batch_size=4, max_wait_s=0.05)
+        first = await asyncio.gather(*(gen.generate(request(i, f"env{i % 4}")) for i in range(4)))
+        assert {len(b) for b in dying.batches} == {2} and gen.route_load == [2, 2]  # env0, env2 on "a"
+        # "a" dies with its next batch: both requests are requeued to "b", the env loops see outputs
+        second = await asyncio.gather(*(gen.generate(request(10 + i, f"env{i}")) for i in range(4)))
+        assert [o.finish_reason for o in first + second] == ["stop"] * 8
+        assert dying.batches[-1] == ["r10", "r12"] and sorted(sum(survivor.batches[-2:], [])) == [
+            "r10", "r11", "r12", "r13"]
+        stats = gen.stats()
+        assert (stats["workers_lost"], stats["requeued_lost"], stats["workers"]) == (1, 2, 1)
+        assert set(gen.routes.values()) == {1} and gen.lost_workers() == {0: "The actor died unexpectedly "
+                                                                          "before finishing this task."}
+        # the weight sync goes on with the survivor; the lost worker is not called again
+        assert await gen.update_weights({"w": 1}, 3) == 3 and survivor.version == 3
+        assert (await gen.generate(request(20, "env0"))).policy_version == 3
+    asyncio.run(main())
+
+
+def test_when_no_worker_is_left_requests_fail_with_inference_lost_not_a_generation_error():
+    import pytest
+
+    from roll_core.errors import InferenceLost
+
+    async def main():
+        gen = GenerateScheduler([DyingWorker("a", answers=0)], max_batch_size=4, max_wait_s=0.0)
+        with pytest.raises(InferenceLost, match=r"every actor_infer worker is gone: rank 0 \(The actor died"):
+            await gen.generate(request(1, "env0"))
+        with pytest.raises(InferenceLost):  # later requests fail at once
+            await gen.generate(request(2, "env1"))
+        assert gen.stats()["requeued_lost"] == 1 and await gen.check_workers() == {0: gen.lost[0]}
+    asyncio.run(main())
+
+
+def test_a_worker_dying_in_a_lockstep_round_fails_over_to_the_survivor():
+    """Lock-step rounds deal chunks to the live workers only; a chunk whose worker died goes to the survivor."""
+    async def main():
+        dying, survivor = DyingWorker("a", answers=0), FakeWorker("b")
+        gen = GenerateScheduler([dying, survivor], max_batch_size=2, max_wait_s=0.0)
+        gen.expect(4)
+        outputs = await asyncio.gather(*(gen.generate(request(i, f"env{i}")) for i in range(4)))
+        assert [o.request_id for o in outputs] == ["r0", "r1", "r2", "r3"]
+        assert sorted(sum(survivor.batches, [])) == ["r0", "r1", "r2", "r3"]
+        assert (gen.stats()["workers_lost"], gen.stats()["workers"]) == (1, 1)
+        gen.expect(2)  # the next round goes to the survivor alone
+        outputs = await asyncio.gather(*(gen.generate(request(10 + i, f"env{i}")) for i in range(2)))
+        assert survivor.batches[-1] == ["r10", "r11"] and len(dying.batches) == 1
+    asyncio.run(main())

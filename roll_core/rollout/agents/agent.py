@@ -31,7 +31,7 @@ from typing import Any
 
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import Trajectory, Turn
-from roll_core.errors import ConfigError, PluginError
+from roll_core.errors import ConfigError, InferenceLost, PluginError
 from roll_core.gateway.merge import merge_calls
 from roll_core.gateway.session import Session, SessionSettings
 from roll_core.rollout.engine.episode import EpisodeCancelled, EpisodeFailure, EpisodeStale, turn_sampling
@@ -313,6 +313,8 @@ class AgentRuntime:
                                             "between model calls (step_timeout_s)")
         if isinstance(session.error, ConfigError):  # no retry can succeed: the run stops with it
             raise session.error
+        if failure == "inference_lost":  # not the agent's fault: the env manager stops the rollout
+            raise InferenceLost(f"episode {session.id}: every actor_infer worker is gone")
         if failure is not None:
             raise EpisodeFailure(failure, f"episode {session.id}: {failure}")
         error = runner.exception()

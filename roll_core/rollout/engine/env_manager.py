@@ -43,7 +43,7 @@ from typing import Any
 
 from roll_core.chat.codec import ChatCodec, load_tokenizer
 from roll_core.chat.trajectory import Trajectory
-from roll_core.errors import ConfigError
+from roll_core.errors import ConfigError, InferenceLost
 from roll_core.rollout.build import build
 from roll_core.rollout.engine.env_threads import EnvThreads
 from roll_core.rollout.engine.episode import (
@@ -230,6 +230,11 @@ class GroupRunner:
                 return False
             except EpisodeFailure as failure:
                 reason, message = failure.reason, str(failure)
+            except InferenceLost as exc:  # every inference worker is gone: the run stops, no env is blamed
+                self.closed = True
+                manager.fatal(str(exc))
+                self._abandon(slot, "inference_lost")
+                return
             except ConfigError as exc:  # the config, not the env: no retry can succeed
                 manager.drop("error", str(exc), tag=self.env_spec.tag)
                 self.closed = True

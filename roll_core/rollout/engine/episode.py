@@ -20,6 +20,7 @@ from typing import Any
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import Trajectory, Turn, make_prompt_builder
 from roll_core.envs.prompt import Conversation, format_example
+from roll_core.errors import InferenceLost
 from roll_core.rollout.engine.env_threads import EnvCallTimeout, EnvThreads
 from roll_core.rollout.engine.messages import Ticket
 from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec, derive_seed
@@ -184,6 +185,8 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
         )
         try:
             output = await policy.generate(request, env, observation, ticket.version)
+        except InferenceLost:  # no inference worker left: not this env's fault, the run stops
+            raise
         except Exception as exc:
             raise EpisodeFailure("generation_error", f"generation failed: {type(exc).__name__}: {exc}") from exc
         if output.finish_reason == "abort":
