@@ -1,6 +1,6 @@
 """Dynamic sampling: ROLL's reward filters (RLVR) and group filters (agentic), without Ray.
 
-The RLVR rollout is the real one; only its transport to the inference workers (``_request``) is
+The RLVR rollout is the real one; only its transport to the inference workers (``_stream``) is
 replaced by a scripted answerer, so which responses are right is known and each test is a worked
 example. The group queue is driven directly, as in test_rollout_queue.py.
 """
