@@ -121,6 +121,8 @@ class Run:
     group_filter: Registration | None = None
     #: reward domain -> reward registration (RLVR runs)
     rewards: Mapping[str, Registration] = field(default_factory=dict)
+    #: reward domain -> the inference strategy of its judge model (rewards that generate)
+    reward_strategies: Mapping[str, Registration] = field(default_factory=dict)
     #: distribution -> version of every plugin distribution a bound component comes from
     plugins: Mapping[str, str] = field(default_factory=dict)
     #: YAML path that selects a component -> its registration (for messages and ``roll config show``)

@@ -13,3 +13,9 @@ def roll_register_rewards(register):
     register("code_sandbox", "roll_core.rewards.code:code_sandbox_reward", tags=["code", "code_sandbox"],
              description="1 if the response's code passes every test of its row (ROLL's test_cases / case_type), "
                          "run in roll's sandbox (docs/sandbox.md)")
+    register("llm_judge", "roll_core.rewards.judge:LLMJudge", tags=["llm_judge", "judge"],
+             description="an LLM judge's verdict on the response against the reference (ROLL's judge_prompt, "
+                         "judge_model_type api|inference, judge_api_url, judge_model_name, judge_api_key)")
+    register("reward_model", "roll_core.rewards.reward_model:SequenceClassifierReward", tags=["reward_model"],
+             requires=["transformers"],
+             description="a sequence-classification reward model's score (model_args), in reward workers")

@@ -91,6 +91,7 @@ class _Resolver:
         self.agents: dict[str, AgentBinding] = {}
         self.rewards: dict[str, Registration] = {}
         self.group_filter: Registration | None = None
+        self.reward_strategies: dict[str, Registration] = {}
         self.components: dict[str, Registration] = {}
         self.warnings: list[str] = []
 
@@ -141,6 +142,7 @@ class _Resolver:
             self.rlvr(c)
         run = Run(config=self.validated(), estimator=estimator, policy_loss=loss, strategies=self.strategies,
                   envs=self.envs, agents=self.agents, rewards=self.rewards, group_filter=self.group_filter,
+                  reward_strategies=self.reward_strategies,
                   plugins=self.plugin_versions(),
                   components=self.components, warnings=tuple(self.warnings),
                   reference_from_actor=reference_from_actor)
@@ -359,4 +361,20 @@ class _Resolver:
             reg = self.lookup("reward", reward.reward_type or domain, path)
             d["rewards"][domain]["reward_type"] = reg.name
             self.rewards[domain] = reg
+            self.reward_strategy(domain, reward, reg)
+
+    def reward_strategy(self, domain: str, section: Any, reg: Registration) -> None:
+        """A reward that generates with a model (``llm_judge`` with ``judge_model_type: inference``)
+        gets the domain's inference strategy (``strategy_args.strategy_name``, default ``hf_infer``)."""
+        needs = getattr(reg.load(), "needs_generator", None)
+        if needs is None or not needs(section):
+            return
+        args = self.data["rewards"][domain]["strategy_args"] or {"strategy_name": "hf_infer", "strategy_config": {}}
+        path = f"rewards.{domain}.strategy_args.strategy_name"
+        strategy = self.lookup("strategy", args["strategy_name"], path)
+        if strategy.options.get("role") not in (None, "infer"):
+            raise ConfigError(f"{path} is {args['strategy_name']!r}, a {strategy.options.get('role')} strategy; a "
+                              "judge model generates: choose an inference strategy (e.g. hf_infer).")
+        self.data["rewards"][domain]["strategy_args"] = {**args, "strategy_name": strategy.name}
+        self.reward_strategies[domain] = strategy
 

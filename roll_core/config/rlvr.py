@@ -2,7 +2,10 @@
 
 Each ``rewards`` entry is one data domain. roll scores it with a registered reward function
 (hook ``roll_register_rewards``) named by ``reward_type``, or by the domain key when
-``reward_type`` is unset; the ROLL worker fields around it are accepted so ROLL configs load.
+``reward_type`` is unset, in the driver or in the domain's reward worker group (ROLL's worker
+fields: ``device_mapping`` / ``world_size`` / ``num_gpus_per_worker`` / ``ray_resources``,
+``model_args`` / ``strategy_args`` / ``generating_args`` of a judge or reward model; see
+:mod:`roll_core.rollout.rlvr.reward_scoring`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_serializer, field_validator, model_validator
 
 from roll_core.config.base import FreeDict, RollModel, compat
 from roll_core.config.workers import (
@@ -24,13 +27,9 @@ from roll_core.config.workers import (
 )
 from roll_core.errors import did_you_mean
 
-#: why a reward domain's worker fields do nothing
-_REWARD_WORKER = ("roll scores with registered reward functions (reward_type) in the driver; there are no "
-                  "reward-model workers.")
 #: filter type -> the filter_args it reads (ROLL's defaults apply to missing ones; see roll_core.rollout.rlvr.reward_filters)
 FILTER_ARGS: dict[str, tuple[str, ...]] = {"no_filter": (), "mean_filter": ("threshold_up", "threshold_down"),
                                            "std_filter": ("std_threshold",)}
-_JUDGE = "No built-in reward calls an LLM judge; a reward plugin takes its own settings."
 
 
 class RewardFilterConfig(RollModel):
@@ -75,26 +74,34 @@ class RewardConfig(WorkerConfig):
     format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern` "
                                        "(regex: what the response must match; math_verify: where the final answer "
                                        "is, the last match).")
-    judge_prompt: str | None = compat(None, _JUDGE)
-    judge_model_type: str | None = compat(None, _JUDGE)
-    judge_model_name: str | None = compat(None, _JUDGE)
-    judge_api_url: str | None = compat(None, _JUDGE)
-    judge_api_key: str | None = compat(None, _JUDGE)
-    model_args: ModelArgs = compat(ModelArgs(), _REWARD_WORKER)
-    training_args: TrainingArgs = compat(TrainingArgs(), _REWARD_WORKER)
-    generating_args: GeneratingArgs | None = compat(None, _REWARD_WORKER)
-    data_args: DataArgs | None = compat(None, _REWARD_WORKER)
-    strategy_args: StrategyArgs | None = compat(None, _REWARD_WORKER)
-    device_mapping: DeviceMapping = compat(None, _REWARD_WORKER)
-    num_gpus_per_worker: int = compat(1, _REWARD_WORKER)
-    world_size: int | None = compat(None, _REWARD_WORKER)
-    infer_batch_size: int = compat(16, _REWARD_WORKER)
-    system_envs: dict[str, str] = compat({}, _REWARD_WORKER)
-    ray_resources: dict[str, float] = compat({}, _REWARD_WORKER)
+    judge_prompt: str | None = Field(None, description="llm_judge: a built-in template name (yes_no, score_10, "
+                                     "ROLL's Qwen2.5-7B-Instruct-RLVR-prompt) or a template text with {question}, "
+                                     "{response}, {reference}; unset: score_10.")
+    judge_model_type: Literal["api", "inference"] | None = Field(
+        None, description="llm_judge: 'api' (default; an OpenAI-compatible judge_api_url) or 'inference' (a judge "
+        "model, model_args, loaded by the domain's reward workers with strategy_args' inference strategy).")
+    judge_model_name: str | None = Field(None, description="llm_judge (api): the model name sent to the judge API.")
+    judge_api_url: str | None = Field(None, description="llm_judge (api): OpenAI-compatible base URL, e.g. "
+                                      "http://localhost:8000/v1.")
+    judge_api_key: SecretStr | None = Field(None, description="llm_judge (api): bearer key; unset: the "
+                                            "ROLL_JUDGE_API_KEY environment variable. Never logged, never saved "
+                                            "with the run's config.")
+    score_timeout: float = Field(60.0, gt=0, description="roll: seconds one sample's scoring may take; past it the "
+                                 "sample scores 0, counted as rollout/reward_failures/timeout.")
+    training_args: TrainingArgs = compat(TrainingArgs(), "Reward workers do not train.")
+    data_args: DataArgs | None = compat(None, "A judge model's prompt is rendered with its tokenizer's chat template.")
+    device_mapping: DeviceMapping = Field(
+        None, description="Devices of the domain's reward workers (placed like any role; CPU slots on a CPU "
+        "cluster). Set (or world_size, or a reward that loads a model): the domain is scored by a reward worker "
+        "group; unset: in the driver.")
+    world_size: int | None = Field(None, ge=1, description="Reward workers of the domain (see device_mapping).")
+    infer_batch_size: int = Field(16, ge=1, description="Samples one reward worker scores at once (its threads).")
     code_url: str | None = compat(None, "The code_sandbox reward runs code locally, in roll_core.sandbox "
                                   "(docs/sandbox.md); no remote sandbox service is called.")
     use_local: bool = compat(True, "The code_sandbox reward always runs code locally, in roll_core.sandbox.")
     reward_manager_config: list[FreeDict] = compat([])
+    worker_cls: str | None = compat(None, "roll picks a domain's reward by reward_type, else the domain key "
+                                    "(math_rule, code_sandbox, llm_judge, reward_model are registered names).")
 
     @model_validator(mode="after")
     def _response_filter_is_per_response(self):
@@ -112,6 +119,10 @@ class RewardConfig(WorkerConfig):
             except re.error as exc:
                 raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
         return value
+
+    @field_serializer("judge_api_key")
+    def _never_saved(self, value: SecretStr | None) -> None:
+        return None  # a saved or printed config holds no key (give it again, or by ROLL_JUDGE_API_KEY)
 
 
 class ValidationConfig(WorkerConfig):

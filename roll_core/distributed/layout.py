@@ -90,6 +90,17 @@ class Layout:
         return lines
 
 
+#: layout roles ``rewards.<domain>`` are the reward worker groups of RLVR domains
+REWARD_ROLE_PREFIX = "rewards."
+
+
+def role_section(config: Any, role: str) -> Any:
+    """The worker section of a layout role: ``config.<role>``, or ``config.rewards[<domain>]``."""
+    if role.startswith(REWARD_ROLE_PREFIX):
+        return config.rewards[role[len(REWARD_ROLE_PREFIX):]]
+    return getattr(config, role)
+
+
 def role_world_size(section: Any, path: str) -> tuple[int, int, bool]:
     """``(world_size, devices_per_rank, mapped)`` of a worker section (see the module docstring)."""
     mapping = list(section.device_mapping or [])
@@ -132,9 +143,10 @@ def build_layout(config: Any, roles: Iterable[str], *, on_gpus: bool) -> Layout:
 
     owned: dict[str, list[tuple[Any, ...]]] = {}
     for role in roles:
-        section = getattr(config, role)
+        section = role_section(config, role)
         world, per_rank, mapped = role_world_size(section, role)
-        tp = tensor_parallel_size(section) if role != "actor_infer" else 1
+        generates = role == "actor_infer" or role.startswith(REWARD_ROLE_PREFIX)  # no tensor-parallel groups
+        tp = 1 if generates else tensor_parallel_size(section)
         if world % tp:
             raise ConfigError(f"{role}: {world} ranks do not split into tensor-parallel groups of {tp} "
                               f"(strategy_config); give device_mapping a multiple of {tp * per_rank} devices.")

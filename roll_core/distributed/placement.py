@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roll_core.distributed.layout import Bundle, Layout, RankSlot
+from roll_core.distributed.layout import Bundle, Layout, RankSlot, role_section
 from roll_core.errors import RollError
 
 #: keep big training buffers in the heap instead of mmap-ing and unmapping them every step
@@ -41,7 +41,7 @@ def worker_env(config: Any, section: str | None = None) -> dict[str, str]:
     env.update({key: os.environ[key] for key in INHERITED_ENV if key in os.environ})
     env.update({str(k): str(v) for k, v in (config.system_envs or {}).items()})
     if section is not None:
-        env.update({str(k): str(v) for k, v in (getattr(config, section).system_envs or {}).items()})
+        env.update({str(k): str(v) for k, v in (role_section(config, section).system_envs or {}).items()})
     return env
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from roll_core.errors import RollError, did_you_mean
 from roll_core.models.gguf import GGUF_ALIASES, convert_gguf, packaged_gguf
-from roll_core.models.tiny import TINY_SPECS, build_tiny_model
+from roll_core.models.tiny import TINY_REWARD_MODELS, TINY_SPECS, build_tiny_model, build_tiny_reward_model
 
 #: Bump when the GGUF conversion changes (part of the cache key).
 GGUF_CONVERT_VERSION = 1
@@ -53,6 +53,10 @@ def resolve_pretrain(pretrain: str, cache_dir: str | None = None, *, seed: int =
         spec = TINY_SPECS[pretrain]
         return _cached(os.path.join(models_dir, f"{spec.cache_key}-seed{seed}"),
                        lambda out: build_tiny_model(spec, seed, out))
+    if pretrain in TINY_REWARD_MODELS:
+        spec = TINY_SPECS[TINY_REWARD_MODELS[pretrain]]
+        return _cached(os.path.join(models_dir, f"{pretrain}-{spec.cache_key}-seed{seed}"),
+                       lambda out: build_tiny_reward_model(spec, seed, out))
     if pretrain in GGUF_ALIASES:
         return _resolve_gguf(packaged_gguf(pretrain), models_dir)
     path = os.path.expanduser(pretrain)
@@ -72,7 +76,7 @@ def resolve_pretrain(pretrain: str, cache_dir: str | None = None, *, seed: int =
 
 
 def _builtin_names() -> str:
-    return ", ".join(sorted([*TINY_SPECS, *GGUF_ALIASES]))
+    return ", ".join(sorted([*TINY_SPECS, *TINY_REWARD_MODELS, *GGUF_ALIASES]))
 
 
 def _resolve_gguf(gguf_path: str, models_dir: str) -> str:

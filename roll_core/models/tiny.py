@@ -78,6 +78,35 @@ def qwen2_config(spec: TinySpec, tokenizer: Any) -> Any:
     )
 
 
+#: built-in tiny *reward* models (a score head on a tiny spec's body): name -> spec name
+TINY_REWARD_MODELS: dict[str, str] = {"roll-tiny-rm": "roll-tiny"}
+
+
+def build_tiny_reward_model(spec: TinySpec | str, seed: int, out_dir: str) -> str:
+    """A seeded random ``Qwen2ForSequenceClassification`` (one label: a scalar reward) of ``spec``
+    with the tiny tokenizer, saved like :func:`build_tiny_model` (``AutoModelForSequenceClassification``
+    loads it)."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+
+    from roll_core.models.tokenizer import build_tiny_tokenizer
+
+    spec = TINY_SPECS[spec] if isinstance(spec, str) else spec
+    tokenizer = build_tiny_tokenizer(spec.vocab_size)
+    config = qwen2_config(spec, tokenizer)
+    config.num_labels = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForSequenceClassification(config).to(torch.float32)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, SPEC_FILE), "w", encoding="utf-8") as f:
+        json.dump({**asdict(spec), "seed": seed, "head": "sequence_classification", "tokenizer_version":
+                   TOKENIZER_VERSION, "model_build_version": MODEL_BUILD_VERSION}, f, indent=2, sort_keys=True)
+    return out_dir
+
+
 def build_tiny_model(spec: TinySpec | str, seed: int, out_dir: str) -> str:
     """Build the tokenizer and a seeded random model of ``spec``; save both into ``out_dir``.
 

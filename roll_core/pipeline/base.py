@@ -163,7 +163,7 @@ class TrainingLoop:
 
         if self.placement is not None:
             return
-        roles = [*self.resolved.train_roles, "actor_infer"]
+        roles = [*self.resolved.train_roles, "actor_infer", *self.extra_roles()]
         layout = build_layout(self.config, roles, on_gpus=cluster_gpus() > 0)
         if layout.on_gpus and self.config.async_generation_ratio > 0 and layout.colocated("actor_train", "actor_infer"):
             raise ConfigError("async_generation_ratio > 0 generates while the trainer trains, but actor_train and "
@@ -202,6 +202,10 @@ class TrainingLoop:
             actors[f"{spec.mode}_env_managers"] = [
                 {"worker": int(i["worker"]), "node_id": i["node_id"], "groups": list(i["groups"])} for i in info]
         return actors
+
+    def extra_roles(self) -> list[str]:
+        """Layout roles besides the train and inference ones (RLVR: reward worker groups)."""
+        return []
 
     def start_generation(self) -> Any:
         """The run's inference workers (``actor_infer``, one per rank) behind one generate scheduler."""

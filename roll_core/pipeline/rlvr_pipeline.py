@@ -57,6 +57,7 @@ class RLVRPipeline(TrainingLoop):
         self.train_rows: list[Any] = []
         self.tokenizer: Any = None
         self.pad_id = 0
+        self.reward_scoring: Any = None
 
     def title(self) -> str:
         c = self.config
@@ -70,13 +71,19 @@ class RLVRPipeline(TrainingLoop):
         return [d for d in c.rewards if not probs or probs.get(d, 0.0) > 0]
 
     # -- setup ---------------------------------------------------------------------------------
+    def extra_roles(self) -> list[str]:
+        """``rewards.<domain>`` for every domain scored by a reward worker group."""
+        from roll_core.rollout.rlvr.reward_scoring import worker_domains
+
+        return [f"rewards.{d}" for d in worker_domains(self.resolved)]
+
     def start_rollouts(self) -> None:
         """Tokenizer, prompts, reward functions, the inference workers and the rollout around them."""
         from roll_core.algorithms.sample_masks import SampleMaskSettings
         from roll_core.data import PromptSampler, load_prompts
         from roll_core.models.policy_tokenizer import rollout_tokenizer
-        from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
         from roll_core.rollout.rlvr.reward_filters import DynamicSampling
+        from roll_core.rollout.rlvr.reward_scoring import RewardScoring
         from roll_core.rollout.rlvr.rlvr_rollout import RLVRRollout
         from roll_core.run import model_path
 
@@ -89,10 +96,13 @@ class RLVRPipeline(TrainingLoop):
                             prompt_length=c.prompt_length, template=template)
         self.train_rows, self.tokenizer = rows, tokenizer
         sampler = PromptSampler(rows, seed=c.seed, probs=data_args.domain_interleave_probs)
-        dispatcher = RewardDispatcher(c.rewards, self.resolved.rewards)
+        self.start_placement()
+        self.reward_scoring = RewardScoring.start(self.resolved, placement=self.placement)
+        for line in self.reward_scoring.describe():
+            self.tracker.print(f"  {line}")
         self.generation = self.start_generation()
         self.train_rollout = RLVRRollout(
-            scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=dispatcher,
+            scheduler=self.generation.scheduler, tokenizer=tokenizer, rewards=self.reward_scoring,
             sampling=rlvr_sampling(c, "train"), sampler=sampler,
             group_size=c.num_return_sequences_in_group, batch_size=c.rollout_batch_size, seed=c.seed,
             async_ratio=c.async_generation_ratio, pad_id=self.pad_id, masks=SampleMaskSettings.from_config(c),
@@ -103,6 +113,12 @@ class RLVRPipeline(TrainingLoop):
                                     prompt_length=c.val_prompt_length or c.prompt_length,
                                     template=c.global_template or val_args.template)
             self.val_rows = val_rows[: c.val_batch_size] if c.val_batch_size > 0 else val_rows
+
+    def shutdown(self) -> None:
+        if self.reward_scoring is not None:
+            self.reward_scoring.shutdown()
+            self.reward_scoring = None
+        super().shutdown()
 
     def warm_start(self) -> tuple[str, dict[str, float]]:
         """``warmup_sft`` on the training prompts answered with reference answers (see warmup.py)."""

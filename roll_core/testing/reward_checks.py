@@ -7,7 +7,7 @@ lists every problem. What roll relies on when it scores every response of every 
 * the registration loads a callable, and the plugin's entry module imports none of the heavy
   libraries (``torch``, ``ray``, ``vllm`` ...);
 * the signature takes ``(prompt, response, reference)`` positionally and the ``pattern`` keyword
-  (a domain's ``format_pattern``), as :class:`roll_core.rollout.rlvr.reward_dispatch.RewardDispatcher` calls it;
+  (a domain's ``format_pattern``), as :class:`roll_core.rewards.dispatch.RewardDispatcher` calls it;
 * every score is a finite real number (not a string, None, NaN or inf), within ``bounds`` when given;
 * ``expected`` scores (the author's worked examples) come out exactly;
 * determinism: the same samples score the same twice, off the main thread (the RLVR rollout may

@@ -12,7 +12,7 @@ from roll_core.config import load_config
 from roll_core.config.workers import DataArgs
 from roll_core.data import PromptSampler, load_prompts
 from roll_core.errors import ConfigError, RollError, UnknownComponentError
-from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
+from roll_core.rewards.dispatch import RewardDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "rlvr" / "arithmetic.yaml"

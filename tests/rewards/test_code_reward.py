@@ -9,7 +9,7 @@ import pytest
 
 from roll_core.plugins import PluginManager
 from roll_core.rewards.code import code_sandbox_reward, extract_code, reason_counts, score_code
-from roll_core.rollout.rlvr.reward_dispatch import RewardDispatcher
+from roll_core.rewards.dispatch import RewardDispatcher
 from roll_core.sandbox import Limits
 
 pytestmark = pytest.mark.sandbox

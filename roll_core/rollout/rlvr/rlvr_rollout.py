@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ from roll_core.rollout.contract import StepBatch
 from roll_core.rollout.dynamic_sampling import exhausted_message, filter_metrics, max_groups
 from roll_core.rollout.engine.metrics import token_version_metrics
 from roll_core.rollout.rlvr.reward_filters import RESPONSE_RETRIES, DynamicSampling
+from roll_core.rollout.rlvr.reward_scoring import InlineScoring
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 
 logger = logging.getLogger("roll.rollout")
@@ -53,6 +54,8 @@ class Samples:
     rewards: list[float]
     correct: list[bool]
     token_versions: list[list[int]] = field(default_factory=list)  # each token's version
+    failures: list[str] = field(default_factory=list)  # per response: "" or why it could not be scored
+    score_wait_s: float = 0.0  # waited for scores after the last response was generated
     batch_index: int | str = 0
     sampler_state: dict[str, Any] = field(default_factory=dict)
     #: dataset indices of prompts drawn but not consumed (spares of dynamic sampling), drawn again first
@@ -69,13 +72,17 @@ class Samples:
         pick = list(keep)
         lists = {name: [getattr(self, name)[i] for i in pick] for name in self.LISTS}
         lists["token_versions"] = [self.token_versions_or_default()[i] for i in pick]
+        lists["failures"] = [self.failures[i] for i in pick] if self.failures else []
         return Samples(**lists, batch_index=self.batch_index, sampler_state=self.sampler_state,
-                       leftover=self.leftover, metrics=self.metrics)
+                       leftover=self.leftover, metrics=self.metrics, score_wait_s=self.score_wait_s)
 
     @classmethod
     def concat(cls, parts: Sequence[Samples]) -> Samples:
-        return cls(**{name: [x for part in parts for x in getattr(part, name)] for name in cls.LISTS},
-                   token_versions=[v for part in parts for v in part.token_versions_or_default()])
+        out = cls(**{name: [x for part in parts for x in getattr(part, name)] for name in cls.LISTS},
+                  token_versions=[v for part in parts for v in part.token_versions_or_default()])
+        out.failures = [f for part in parts for f in (part.failures or [""] * len(part))]
+        out.score_wait_s = sum(part.score_wait_s for part in parts)
+        return out
 
     def token_versions_or_default(self) -> list[list[int]]:
         """Each response's token versions (samples saved before partial rollout have one per response)."""
@@ -117,6 +124,8 @@ def summary(samples: Samples, prefix: str) -> dict[str, float]:
         idx = [i for i, row in enumerate(samples.rows) if row.domain == domain]
         out[f"{prefix}/reward/{domain}"] = sum(samples.rewards[i] for i in idx) / len(idx)
         out[f"{prefix}/accuracy/{domain}"] = sum(samples.correct[i] for i in idx) / len(idx)
+    for reason in sorted({f for f in samples.failures if f}):  # samples that scored 0 unscored, by reason
+        out[f"{prefix}/reward_failures/{reason}"] = float(sum(f == reason for f in samples.failures))
     return out
 
 
@@ -144,7 +153,8 @@ class RLVRRollout:
                  pad_id: int = 0, masks: SampleMaskSettings | None = None, timeout_s: float | None = None,
                  dynamic: DynamicSampling | None = None):
         """``timeout_s``: the longest one batch's generation may take (the config's ``rpc_timeout``);
-        ``dynamic``: the query / response filters and how batches are refilled (none: every group trains)."""
+        ``dynamic``: the query / response filters and how batches are refilled (none: every group trains);
+        ``rewards``: a :class:`~roll_core.rollout.rlvr.reward_scoring.RewardScoring`."""
         self.dynamic = dynamic or DynamicSampling()
         self._leftover: deque[PromptRow] = deque()
         self._consumed_leftover: tuple[int, ...] = ()
@@ -153,7 +163,7 @@ class RLVRRollout:
         self.masks = masks or SampleMaskSettings()
         self.scheduler = scheduler
         self.tokenizer = tokenizer
-        self.rewards = rewards
+        self.rewards = rewards if hasattr(rewards, "submit") else InlineScoring(rewards)
         self.sampling = sampling
         self.group_size = int(group_size)
         self.seed = int(seed)
@@ -180,30 +190,42 @@ class RLVRRollout:
         return self._generate(plan, key, sampling or self.sampling)
 
     def _generate(self, plan: Sequence[tuple[PromptRow, str, str]], key: str, sampling: SamplingParams) -> Samples:
-        """One response per ``(row, request id, group key)``, the request id seeding its sampling."""
+        """One response per ``(row, request id, group key)``, the request id seeding its sampling; each
+        response is handed to its domain's scorer as soon as it is generated (reward_scoring.py)."""
         requests = [GenerationRequest(rid, list(row.prompt_ids), replace(sampling, seed=request_seed(self.seed, rid)))
                     for row, rid, _ in plan]
         flat, groups = [row for row, _, _ in plan], [group for _, _, group in plan]
-        outputs = self._request(requests, key)
-        texts = [self.tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outputs]
-        scored = [self.rewards.score(row.domain, row.text, text, row.reference, len(o.token_ids), row.fields)
-                  for row, text, o in zip(flat, texts, outputs)]
+        outputs: list[Any] = [None] * len(requests)
+        texts: list[str] = [""] * len(requests)
+        pending: list[Any] = [None] * len(requests)
+        for i, out in self._stream(requests, key):
+            row = flat[i]
+            outputs[i] = out
+            texts[i] = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            pending[i] = self.rewards.submit(row.domain, row.text, texts[i], row.reference, len(out.token_ids),
+                                             row.fields)
+        waited = time.perf_counter()
+        scored = [self.rewards.result(p) for p in pending]
+        waited = time.perf_counter() - waited
         return Samples(rows=flat, groups=groups, response_ids=[list(o.token_ids) for o in outputs],
                        logprobs=[list(o.logprobs) for o in outputs], versions=[int(o.policy_version) for o in outputs],
                        token_versions=[o.versions() for o in outputs],
-                       finish=[o.finish_reason for o in outputs], texts=texts, rewards=[s for s, _ in scored],
-                       correct=[c for _, c in scored])
+                       finish=[o.finish_reason for o in outputs], texts=texts, rewards=[s[0] for s in scored],
+                       correct=[s[1] for s in scored], failures=[s[2] for s in scored], score_wait_s=waited)
 
-    def _request(self, requests: Sequence[GenerationRequest], key: str) -> list[Any]:
-        """The generation scheduler's outputs for ``requests`` (one :class:`GenerationOutput` each)."""
+    def _stream(self, requests: Sequence[GenerationRequest], key: str) -> Iterator[tuple[int, Any]]:
+        """``(position, GenerationOutput)`` of each request, handed to its scorer as it is yielded. The
+        batch is generated as one round (reproducible batching), so today every output comes at once
+        and scoring starts after the round, scoring its samples concurrently."""
         import ray
 
         try:
             # one round: batched by a rule, not by arrival, so a sample's rounding is the same every run
-            return ray.get(self.scheduler.generate_all.remote(list(requests)), timeout=self.timeout_s)
+            outputs = ray.get(self.scheduler.generate_all.remote(list(requests)), timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
                             f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow") from None
+        yield from enumerate(outputs)
 
     def _next_batch(self, index: int) -> Samples:
         if self.dynamic.active:
@@ -269,6 +291,8 @@ class RLVRRollout:
             for k, p in enumerate(failing):
                 for name in Samples.LISTS:
                     getattr(samples, name)[p] = getattr(fresh, name)[k]
+                if samples.failures:
+                    samples.failures[p] = fresh.failures[k]
             failing = [p for p in failing if self.dynamic.response_fails(samples.rows[p].domain, samples.rewards[p])]
         return samples, {p // n for p in failing}
 
@@ -313,6 +337,7 @@ class RLVRRollout:
             "rollout/staleness/mean": float(sum(current - v for v in versions) / len(versions)),
             "rollout/wait": time.perf_counter() - started,
             **token_version_metrics(samples.token_versions_or_default(), current),
+            "rollout/score_wait": samples.score_wait_s,
         }
 
     def _take(self, step: int) -> Samples:

@@ -11,17 +11,27 @@ columns (e.g. ROLL's code ``test_cases`` / ``case_type`` for ``code_sandbox``).
 
 A sample counts as *correct* when its reward function returned a positive value (before the
 length penalty): for ``math_verify`` the answer is right, for ``regex`` the format is.
+
+A registration may also name a *class* with ``from_reward_config(section, seed=...)`` (the
+built-in ``llm_judge`` and ``reward_model``): it is built once per process that scores the domain
+(the driver, or each rank of the domain's reward worker group) and then called like a function.
+Its ``runs_in_workers(section)`` says whether the domain must be scored in a worker group (a
+model to load) even without worker settings (:mod:`roll_core.rollout.rlvr.reward_scoring`).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.errors import RollError, did_you_mean
 from roll_core.registry import Registration
+from roll_core.rewards.failures import ERROR, RewardFailure
+
+logger = logging.getLogger("roll.rewards")
 
 
 @dataclass(frozen=True)
@@ -36,14 +46,16 @@ class DomainReward:
 class RewardDispatcher:
     """``score(domain, prompt, response, reference, response_tokens) -> (reward, correct)``."""
 
-    def __init__(self, rewards: Mapping[str, Any], bound: Mapping[str, Registration]):
-        """``rewards``: the config's reward settings per domain; ``bound``: the run's registrations
-        (:attr:`roll_core.run.Run.rewards`)."""
+    def __init__(self, rewards: Mapping[str, Any], bound: Mapping[str, Registration], *, seed: int = 0,
+                 services: Mapping[str, Any] | None = None):
+        """``rewards``: the config's reward settings per domain (only the domains this process
+        scores); ``bound``: the run's registrations (:attr:`roll_core.run.Run.rewards`);
+        ``services``: what a reward worker gives reward classes (a judge model's ``generate``)."""
         self.domains: dict[str, DomainReward] = {}
         for domain, cfg in rewards.items():
             reg = bound[domain]
             options = {"pattern": cfg.format_pattern} if cfg.format_pattern else {}
-            fn = reg.load()
+            fn = build_reward(reg.load(), cfg, seed, **(services or {}))
             self.domains[domain] = DomainReward(reg.name, fn, options, float(cfg.response_length_penalty_coef or 0.0),
                                                 _takes_row(fn))
 
@@ -56,6 +68,34 @@ class RewardDispatcher:
         extra = {"row": dict(row or {})} if spec.wants_row else {}
         raw = float(spec.fn(prompt, response, reference, **spec.options, **extra))
         return raw - spec.length_penalty * response_tokens, raw > 0
+
+    def score_checked(self, domain: str, prompt: str, response: str, reference: str | None,
+                      response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool, str]:
+        """:meth:`score` that never raises for a sample: ``(0, False, reason)`` when it fails
+        (a :class:`~roll_core.rewards.failures.RewardFailure`'s reason, else ``error``)."""
+        if domain not in self.domains:  # a configuration error, not a sample's: raise
+            self.score(domain, prompt, response, reference, response_tokens, row)
+        try:
+            reward, correct = self.score(domain, prompt, response, reference, response_tokens, row)
+        except RewardFailure as exc:
+            return 0.0, False, exc.reason
+        except Exception as exc:
+            logger.warning("reward %r failed on a sample (%s: %s); it scores 0", domain, type(exc).__name__, exc)
+            return 0.0, False, ERROR
+        return reward, correct, ""
+
+
+def build_reward(obj: Any, section: Any, seed: int, **services: Any) -> Any:
+    """The callable a registration names: a function as is, a reward class built from ``section``."""
+    if isinstance(obj, type) and hasattr(obj, "from_reward_config"):
+        return obj.from_reward_config(section, seed=seed, **services)
+    return obj
+
+
+def runs_in_workers(obj: Any, section: Any) -> bool:
+    """Whether a reward (the loaded registration) must be scored by a worker group (it loads a model)."""
+    check = getattr(obj, "runs_in_workers", None)
+    return bool(check(section)) if check is not None else False
 
 
 def _takes_row(fn: Any) -> bool:
