@@ -79,7 +79,7 @@ def test_unknown_names_get_suggestions(tmp_path, capsys):
     config.write_text(CONFIG)
     assert main(["env", "play", "MyLak", "--config", str(config)]) == 1
     err = capsys.readouterr().err
-    assert "Unknown env 'MyLak'" in err and "Did you mean 'MyLake'" in err
+    assert "Unknown env or agent 'MyLak'" in err and "Did you mean 'MyLake'" in err
     result = _run("env", "play", "frozn_lak", "--policy", "random")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "Did you mean" in result.stderr and "frozen_lake" in result.stderr
