@@ -236,11 +236,15 @@ class Gateway:
         async def events():
             for chunk in chunks:
                 yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+            # runs once the last chunk was handed on: the reply is delivered, and recorded before the
+            # client can see [DONE] (so the agent's next request never overtakes it)
+            session.commit(completion)
+            sent["done"] = True
             yield "data: [DONE]\n\n"
-            sent["done"] = True  # runs once [DONE] was sent and the next chunk asked for
 
         def finished() -> None:
-            (session.commit if sent["done"] else session.discard)(completion)
+            if not sent["done"]:
+                session.discard(completion)
 
         return DeliveredStream(events(), finished, media_type="text/event-stream")
 
