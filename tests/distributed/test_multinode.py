@@ -173,7 +173,10 @@ def test_a_lost_inference_node_is_failed_over_and_training_finishes_with_the_sur
         thread.join(timeout=120)
     assert outcome.get("code") == 0, outcome.get("traceback")
     history = [h for h in pipeline.tracker.history if "rollout/inference_workers" in h]
-    assert pipeline.step == 3 and [h["rollout/inference_workers"] for h in history] == [2.0, 1.0, 1.0]
+    # the loss is found by step 2's rollout when it was still generating, else by the weight sync after it
+    # (on a quiet machine step 2 can be over before the node is gone): from then on one worker serves
+    workers = [h["rollout/inference_workers"] for h in history]
+    assert pipeline.step == 3 and workers[0] == 2.0 and workers[-1] == 1.0 and workers == sorted(workers, reverse=True)
     assert not any(k.endswith("generation_error") and v for h in history for k, v in h.items())
     print("requeued requests of the lost worker:", history[-1]["rollout/requeued_lost_requests"])
 
