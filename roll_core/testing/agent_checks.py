@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_core.registry import Registry
-from roll_core.testing.env_checks import CheckReport, check_import_light
+from roll_core.testing.env_checks import CheckReport, SkipCheck, check_import_light
 
 TAG = "CheckedAgent"
 
@@ -47,8 +47,7 @@ class AgentCheckReport(CheckReport):
     reply_tokens: list[int] = field(default_factory=list)
 
 
-class _Skip(Exception):
-    """A check that cannot run here; its reason becomes a note."""
+_Skip = SkipCheck  # a check that cannot run here becomes a note
 
 
 def play_agent(name: str, agent_config: Mapping[str, Any] | None = None, *, seeds: Sequence[int] = (0,),
@@ -186,16 +185,7 @@ def check_agent(name: str, agent_config: Mapping[str, Any] | None = None, *, see
         checks.append(("entry module stays import-light", lambda: check_import_light(info.module)))
     checks += [("has an expert", expert), ("episodes with its expert", episodes), ("seed determinism", determinism),
                ("max_steps=1 ends as a trajectory", refusal)]
-    for label, check in checks:
-        try:
-            check()
-        except _Skip as skip:
-            report.notes.append(f"{label}: skipped, {skip}")
-        except Exception as exc:  # every check runs; all problems are reported at once
-            detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-            report.failures.append(f"{label}: {detail}")
-        else:
-            report.passed.append(label)
+    report.run(checks)
     if report.failures and raise_on_failure:
         raise AgentCheckError(str(report))
     return report

@@ -52,6 +52,10 @@ class EnvCheckError(AssertionError):
     """An env broke the contract; the message lists every failed check."""
 
 
+class SkipCheck(Exception):
+    """A check that cannot run here; its reason becomes a note instead of a failure."""
+
+
 @dataclass
 class CheckReport:
     """What a contract check found: checks that passed, failures, and notes (skipped checks)."""
@@ -67,6 +71,19 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    def run(self, checks: Sequence[tuple[str, Callable[[], object]]]) -> None:
+        """Run every ``(label, check)``: all of them, so that all problems are reported at once."""
+        for label, check in checks:
+            try:
+                check()
+            except SkipCheck as skip:
+                self.notes.append(f"{label}: skipped, {skip}")
+            except Exception as exc:  # noqa: BLE001  # a check's failure is reported, never raised here
+                detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
+                self.failures.append(f"{label}: {detail}")
+            else:
+                self.passed.append(label)
 
     def __str__(self) -> str:
         lines = [f"{self.CHECK}({self.subject}): {len(self.passed)} passed, {len(self.failures)} failed"]
@@ -456,14 +473,7 @@ def check_env(env: str | type[TextEnv], env_config: Mapping[str, Any] | EnvConfi
     ]
     if subprocess_check:
         checks.append(("determinism across processes", lambda: _check_cross_process(subject, seeds, steps, report)))
-    for name, check in checks:
-        try:
-            check()
-        except Exception as exc:  # every check runs; all problems are reported at once
-            detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-            report.failures.append(f"{name}: {detail}")
-        else:
-            report.passed.append(name)
+    report.run(checks)
     if report.failures and raise_on_failure:
         raise EnvCheckError(str(report))
     return report

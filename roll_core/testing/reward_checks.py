@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from roll_core.registry import Registry
-from roll_core.testing.env_checks import CheckReport, check_import_light
+from roll_core.testing.env_checks import CheckReport, SkipCheck, check_import_light
 
 #: (prompt, response, reference)
 Sample = tuple[str, str, "str | None"]
@@ -70,8 +70,7 @@ class RewardCheckReport(CheckReport):
     CHECK = "check_reward"
 
 
-class _Skip(Exception):
-    """A check that cannot run because an earlier one failed; its reason becomes a note."""
+_Skip = SkipCheck  # a check that cannot run here becomes a note
 
 
 def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
@@ -134,16 +133,7 @@ def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
         ("deterministic in another process", lambda: _check_subprocess(reg.target, first(), samples, options)),
         ("independent of row order", lambda: _check_order(scores, first(), samples)),
     ]
-    for label, check in checks:
-        try:
-            check()
-        except _Skip as skip:
-            report.notes.append(f"{label}: skipped, {skip}")
-        except Exception as exc:  # every check runs; all problems are reported at once
-            detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-            report.failures.append(f"{label}: {detail}")
-        else:
-            report.passed.append(label)
+    report.run(checks)
     if report.failures and raise_on_failure:
         raise RewardCheckError(str(report))
     return report

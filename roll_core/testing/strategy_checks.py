@@ -27,7 +27,7 @@ from typing import Any
 
 from roll_core.errors import PluginError
 from roll_core.registry import Registration, Registry
-from roll_core.testing.env_checks import CheckReport, check_import_light
+from roll_core.testing.env_checks import CheckReport, SkipCheck, check_import_light
 
 
 class StrategyCheckError(AssertionError):
@@ -40,8 +40,7 @@ class StrategyCheckReport(CheckReport):
     CHECK = "check_strategy"
 
 
-class _Skip(Exception):
-    """A check that cannot run here; its reason becomes a note."""
+_Skip = SkipCheck  # a check that cannot run here becomes a note
 
 
 def check_strategy(name: str, *, missing: Sequence[str] = (), build: bool = True, registry: Registry | None = None,
@@ -71,16 +70,7 @@ def check_strategy(name: str, *, missing: Sequence[str] = (), build: bool = True
     checks.append(("contract of its role", lambda: _check_contract(reg)))
     if build:
         checks.append(("works on the tiny model", lambda: _check_build(reg, cache_dir)))
-    for label, check in checks:
-        try:
-            check()
-        except _Skip as skip:
-            report.notes.append(f"{label}: skipped, {skip}")
-        except Exception as exc:  # every check runs; all problems are reported at once
-            detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-            report.failures.append(f"{label}: {detail}")
-        else:
-            report.passed.append(label)
+    report.run(checks)
     if report.failures and raise_on_failure:
         raise StrategyCheckError(str(report))
     return report
