@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import measure
@@ -39,20 +40,23 @@ def timed_run(niceness: int, steps: int, timeout: float, workdir: str) -> dict[s
                "eval_steps=0", "save_steps=0", f"worker_niceness={niceness}",
                f"logging_dir={workdir}/logs", f"output_dir={workdir}/out", "render_save_dir=null"]
     seen: list[tuple[int, float]] = []
-    started = time.perf_counter()
+    # the same session as the busy processes: with the kernel's autogroup scheduling
+    # (/proc/sys/kernel/sched_autogroup_enabled) niceness only ranks processes within one session,
+    # which is the case of a user starting roll and other work from one terminal
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, **measure.QUIET_ENV}, start_new_session=True)
+                             env={**os.environ, **measure.QUIET_ENV})
+    timer = threading.Timer(timeout, child.kill)  # a starved run may print nothing for minutes
+    timer.start()
     try:
         assert child.stdout is not None
         for text in child.stdout:
             match = STEP_LINE.match(text.strip())
             if match:
                 seen.append((int(match[1]), time.perf_counter()))
-            if time.perf_counter() - started > timeout:
-                break
     finally:
+        timer.cancel()
         if child.poll() is None:
-            os.killpg(child.pid, 9)
+            child.kill()  # roll's reaper takes down its Ray cluster
         child.wait()
     if len(seen) < 2:
         return {"steps": float(len(seen)), "s_per_step": float("nan")}
