@@ -166,8 +166,18 @@ class WarmupSFTConfig(RollModel):
         None, ge=1, description="Trajectories per supervised step; default rollout_batch_size."
     )
     learning_rate: float | None = Field(
-        None, gt=0.0, description="Constant learning rate of the warm start; default actor_train's."
+        None, gt=0.0, description="Peak learning rate of the warm start; default actor_train's."
     )
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="How the warm start's learning rate moves over its `steps`: constant, or "
+        "decaying to 0 (linear, cosine). A decay lets a longer warm start settle instead of jittering."
+    )
+    stop_nll: float | None = Field(
+        None, gt=0.0, description="Stop the warm start early once the mean response NLL of the last "
+        "`stop_window` steps is at or below this (each step's demonstrations are new instances, so "
+        "the NLL before its update is a held-out figure); `steps` stays the most it may take."
+    )
+    stop_window: int = Field(20, ge=1, description="Steps averaged for `stop_nll`.")
     solver_fraction: float = Field(
         0.0, ge=0.0, le=1.0,
         description="Fraction of the warm-start steps whose demonstrations the env's solver plays "

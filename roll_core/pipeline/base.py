@@ -366,10 +366,12 @@ class TrainingLoop:
             self.warmup_dir, metrics = self.warm_start()  # stops with RunInterrupted on Ctrl-C
             self.use_model(self.warmup_dir)
             self.tracker.log(0, metrics)
-            solver = int(metrics["sft/solver_steps"])
-            mixed = 0 < solver < self.warmup_steps()
+            solver, taken = int(metrics["sft/solver_steps"]), int(metrics["sft/steps"])
+            mixed = 0 < solver < taken
+            early = (f" (stopped early: mean response nll of the last {self.config.warmup_sft.stop_window} steps "
+                     f"<= stop_nll {self.config.warmup_sft.stop_nll})" if taken < self.warmup_steps() else "")
             self.tracker.print(
-                f"warm start: {self.warmup_steps()} supervised steps on {self.config.warmup_sft.policy}-policy "
+                f"warm start: {taken} supervised steps{early} on {self.config.warmup_sft.policy}-policy "
                 f"demonstrations{f' ({solver} of them played by the solver)' if mixed else ''} in "
                 f"{metrics['time/warmup_sft']:.1f}s (response nll {metrics['sft/nll']:.3f})")
         self.start_train_workers()

@@ -37,18 +37,24 @@ SEED_OFFSET = 1
 WARMUP_DIR = "warmup_sft"
 
 
+def reached_nll(recent: Sequence[float], stop_nll: float | None) -> bool:
+    """Whether the warm start may stop: a full window of pre-update NLLs whose mean is <= ``stop_nll``."""
+    return (stop_nll is not None and len(recent) == getattr(recent, "maxlen", len(recent))
+            and sum(recent) / len(recent) <= stop_nll)
+
+
 def solver_step(step: int, fraction: float) -> bool:
     """Whether warm-start step ``step`` uses solver demonstrations: evenly spread, ``fraction`` of all."""
     return int((step + 1) * fraction) > int(step * fraction)
 
 
 def warmup_config(config: Any) -> Any:
-    """The config of the temporary worker: actor_train with the warm start's constant learning rate."""
+    """The config of the temporary worker: actor_train with the warm start's learning rate and schedule."""
     warmup = config.warmup_sft
     targs = config.actor_train.training_args
     targs = targs.model_copy(update={
         "learning_rate": warmup.learning_rate or targs.learning_rate,
-        "lr_scheduler_type": "constant",
+        "lr_scheduler_type": warmup.lr_scheduler_type,
         "warmup_steps": 0,
         "max_steps": warmup.steps,
     })
@@ -160,6 +166,7 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
 
     Returns the saved model directory and the last step's metrics.
     """
+    import collections
     import concurrent.futures
 
     config = pipeline.config
@@ -174,6 +181,8 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
     demo: dict[str, float] = {}
     solver_steps = 0
     report_every = max(1, warmup.steps // 10)  # a progress line every tenth of the warm start
+    recent: collections.deque[float] = collections.deque(maxlen=warmup.stop_window)
+    taken = 0
     try:
         pending = None
         for step in range(warmup.steps):
@@ -181,13 +190,18 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
             if check is not None:  # Ctrl-C: stop after the step in flight (nothing is saved)
                 check(f"during the warm start, after {step} of {warmup.steps} supervised steps")
             use_solver = solver_step(step, warmup.solver_fraction) or warmup.policy == "scripted"
-            solver_steps += use_solver
             rows, demo = demonstrations(use_solver)  # the next batch is made while this one trains
             if pending is not None:
                 metrics = pending.result()
+                recent.append(metrics["sft/nll"])
                 if step % report_every == 0:  # the step before this one is done
                     pipeline.tracker.print(f"warm start {step}/{warmup.steps} | response nll {metrics['sft/nll']:.3f} "
                                            f"| {time.perf_counter() - started:.0f}s")
+                if reached_nll(recent, warmup.stop_nll):
+                    pending = None
+                    break
+            solver_steps += use_solver
+            taken += 1
             pending = steps.submit(group.train_sft, rows)
         if pending is not None:
             metrics = {**pending.result(), **demo}
@@ -196,5 +210,6 @@ def train_warmup(pipeline: Any, demonstrations: Callable[[bool], tuple[dict[str,
         steps.shutdown(wait=True)
         group.shutdown()
     metrics["sft/solver_steps"] = float(solver_steps)
+    metrics["sft/steps"] = float(taken)
     metrics["time/warmup_sft"] = time.perf_counter() - started
     return out_dir, metrics

@@ -99,3 +99,55 @@ def test_rlvr_demonstrations_need_reference_answers():
     with pytest.raises(ConfigError, match="warmup_sft needs reference answers"):
         prompt_demonstrations([PromptRow(0, (1, 2), "1+1=", None, "arithmetic")], eos_id=0,
                               tokenizer=CharTokenizer(), batch_size=4, seed=0)
+
+
+class RecordingGroup:
+    """A train group that reports a scripted pre-update NLL per step and records what it was asked."""
+
+    def __init__(self, nlls):
+        self.nlls, self.trained, self.saved = list(nlls), 0, None
+
+    def train_sft(self, rows):
+        self.trained += 1
+        return {"sft/nll": self.nlls[self.trained - 1]}
+
+    def save_model(self, path):
+        self.saved = path
+
+    def shutdown(self):
+        pass
+
+
+class WarmupPipeline:
+    def __init__(self, config, group):
+        self.config, self.group, self.printed = config, group, []
+        self.resolved = type("Resolved", (), {"replace_config": staticmethod(lambda c: c)})()
+        self.tracker = type("Tracker", (), {"print": self.printed.append})()
+
+    def train_group(self, role, resolved, num_training_steps):
+        return self.group
+
+
+@pytest.mark.parametrize("stop_nll, trained", [(None, 8), (0.35, 5), (0.01, 8)])
+def test_the_warm_start_stops_once_a_window_of_nlls_reaches_stop_nll(tmp_path, stop_nll, trained):
+    from roll_core.pipeline.warmup import train_warmup
+
+    config = load_config(str(EXAMPLES / "frozen_lake" / "grpo.yaml"), [
+        f"output_dir={tmp_path}", "warmup_sft.steps=8", "warmup_sft.stop_window=2",
+        f"warmup_sft.stop_nll={'null' if stop_nll is None else stop_nll}"])
+    group = RecordingGroup([1.0, 0.8, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05])
+    out_dir, metrics = train_warmup(WarmupPipeline(config, group), lambda use_solver: ({}, {}))
+    # steps 4 and 5 (0.4, 0.3) are the first window with a mean <= 0.35: no sixth step is trained
+    assert group.trained == trained and metrics["sft/steps"] == trained
+    assert metrics["sft/nll"] == group.nlls[trained - 1]  # the last trained step's figure
+    assert group.saved == out_dir == str(tmp_path / "warmup_sft")
+
+
+def test_the_warm_start_schedule_reaches_the_temporary_worker():
+    from roll_core.pipeline.warmup import warmup_config
+
+    config = load_config(str(EXAMPLES / "frozen_lake" / "grpo.yaml"), [
+        "warmup_sft.steps=300", "warmup_sft.lr_scheduler_type=cosine"])
+    targs = warmup_config(config).actor_train.training_args
+    assert (targs.lr_scheduler_type, targs.max_steps, targs.learning_rate) == ("cosine", 300, 1.0e-3)
+    assert config.actor_train.training_args.lr_scheduler_type == "constant"  # RL's own schedule is untouched
