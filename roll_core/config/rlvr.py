@@ -96,12 +96,22 @@ class RewardConfig(WorkerConfig):
         "group; unset: in the driver.")
     world_size: int | None = Field(None, ge=1, description="Reward workers of the domain (see device_mapping).")
     infer_batch_size: int = Field(16, ge=1, description="Samples one reward worker scores at once (its threads).")
-    code_url: str | None = compat(None, "The code_sandbox reward runs code locally, in roll_core.sandbox "
-                                  "(docs/sandbox.md); no remote sandbox service is called.")
-    use_local: bool = compat(True, "The code_sandbox reward always runs code locally, in roll_core.sandbox.")
+    code_url: str | None = Field(None, description="code_sandbox with use_local: false: the sandbox service each "
+                                 "test is POSTed to (ROLL's request shape), e.g. http://host:8080/run_code from "
+                                 "`roll sandbox serve`; bearer key from ROLL_CODE_SANDBOX_API_KEY (docs/sandbox.md).")
+    use_local: bool = Field(True, description="code_sandbox: run code in roll's local sandbox (true, as in ROLL) or "
+                            "at code_url (false).")
     reward_manager_config: list[FreeDict] = compat([])
     worker_cls: str | None = compat(None, "roll picks a domain's reward by reward_type, else the domain key "
                                     "(math_rule, code_sandbox, llm_judge, reward_model are registered names).")
+
+    @model_validator(mode="after")
+    def _remote_sandbox_has_a_url(self):
+        if not self.use_local and not self.code_url:
+            raise ValueError("use_local is false, which sends code to a sandbox service at code_url, but code_url is "
+                             "not set; set code_url (e.g. http://host:8080/run_code, `roll sandbox serve`) or "
+                             "use_local: true")
+        return self
 
     @model_validator(mode="after")
     def _response_filter_is_per_response(self):
