@@ -19,3 +19,7 @@ def roll_register_rewards(register):
     register("reward_model", "roll_core.rewards.reward_model:SequenceClassifierReward", tags=["reward_model"],
              requires=["transformers"],
              description="a sequence-classification reward model's score (model_args), in reward workers")
+    register("generative_reward_model", "roll_core.rewards.generative_rm:GenerativeReward",
+             tags=["generative_reward_model", "generative_rm", "genrm"], requires=["transformers"],
+             description="a causal LM's probability of the positive verdict (verdict_tokens) to a judge_prompt "
+                         "question about the response (model_args), in reward workers")

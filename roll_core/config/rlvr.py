@@ -74,9 +74,10 @@ class RewardConfig(WorkerConfig):
     format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern` "
                                        "(regex: what the response must match; math_verify: where the final answer "
                                        "is, the last match).")
-    judge_prompt: str | None = Field(None, description="llm_judge: a built-in template name (yes_no, score_10, "
-                                     "ROLL's Qwen2.5-7B-Instruct-RLVR-prompt) or a template text with {question}, "
-                                     "{response}, {reference}; unset: score_10.")
+    judge_prompt: str | None = Field(None, description="llm_judge, generative_reward_model: a built-in template name "
+                                     "(yes_no, score_10, ROLL's Qwen2.5-7B-Instruct-RLVR-prompt) or a template text "
+                                     "with {question}, {response}, {reference}; unset: score_10 (llm_judge), yes_no "
+                                     "(generative_reward_model).")
     judge_model_type: Literal["api", "inference"] | None = Field(
         None, description="llm_judge: 'api' (default; an OpenAI-compatible judge_api_url) or 'inference' (a judge "
         "model, model_args, loaded by the domain's reward workers with strategy_args' inference strategy).")
@@ -86,6 +87,10 @@ class RewardConfig(WorkerConfig):
     judge_api_key: SecretStr | None = Field(None, description="llm_judge (api): bearer key; unset: the "
                                             "ROLL_JUDGE_API_KEY environment variable. Never logged, never saved "
                                             "with the run's config.")
+    verdict_tokens: list[str] = Field(default_factory=lambda: ["YES", "NO"], min_length=2, max_length=2,
+                                      description="roll: generative_reward_model: the [positive, negative] verdict "
+                                      "words; the score is p(positive) / (p(positive) + p(negative)) as the start of "
+                                      "the model's answer to judge_prompt.")
     score_timeout: float = Field(60.0, gt=0, description="roll: seconds one sample's scoring may take; past it the "
                                  "sample scores 0, counted as rollout/reward_failures/timeout.")
     training_args: TrainingArgs = compat(TrainingArgs(), "Reward workers do not train.")
