@@ -146,17 +146,18 @@ class GenerateScheduler:
         when each arrived; outputs in order."""
         return list(await asyncio.gather(*self._round_of(requests)))
 
-    async def generate_stream(self, requests: list[GenerationRequest]) -> AsyncIterator[tuple[int, GenerationOutput]]:
-        """:meth:`generate_all`'s round (the same chunks, so the same tokens), each output yielded as
-        ``(position, output)`` as soon as its chunk is done: the caller scores the first chunks while
-        the round's later chunks generate. A Ray streaming generator; a failed request raises there."""
+    async def generate_stream(self, requests: list[GenerationRequest]
+                              ) -> AsyncIterator[list[tuple[int, GenerationOutput]]]:
+        """:meth:`generate_all`'s round (the same chunks, so the same tokens), its outputs yielded as
+        soon as their chunk is done, as ``[(position, output), ...]`` (one item per chunk or so: one
+        Ray object each, not one per response): the caller scores the first chunks while the round's
+        later chunks generate. A Ray streaming generator; a failed request raises there."""
         futures = self._round_of(requests)
         position = {id(f): i for i, f in enumerate(futures)}
         waiting = set(futures)
         while waiting:
             done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: position[id(f)]):
-                yield position[id(future)], future.result()
+            yield [(position[id(f)], f.result()) for f in sorted(done, key=lambda f: position[id(f)])]
 
     def _round_of(self, requests: list[GenerationRequest]) -> list[asyncio.Future]:
         self._start()

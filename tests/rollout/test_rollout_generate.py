@@ -161,9 +161,10 @@ def test_a_streamed_round_is_the_same_round_its_chunks_yielded_as_each_finishes(
         gen = GenerateScheduler([worker], max_batch_size=2, max_wait_s=0.0)
         requests = [GenerationRequest(f"r{i}", [1] * (i % 3 + 1), SamplingParams()) for i in range(5)]
         arrived = []
-        async for position, out in gen.generate_stream(requests):
-            assert out.request_id == f"r{position}"
-            arrived.append((position, len(worker.batches)))
+        async for done in gen.generate_stream(requests):
+            for position, out in done:
+                assert out.request_id == f"r{position}"
+                arrived.append((position, len(worker.batches)))
         # the generate_all round's chunks (sorted by prompt length, id), run in turn on one worker; each
         # chunk's outputs come out while the next chunk is generating (the worker has started it)
         assert worker.batches == [["r0", "r3"], ["r1", "r4"], ["r2"]]

@@ -228,13 +228,16 @@ class RLVRRollout:
 
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         stream = self.scheduler.generate_stream.remote(list(requests))
-        for _ in range(len(requests)):
+        left_to_come = len(requests)
+        while left_to_come:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait([stream], timeout=left)
             if not ready:
                 raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
                                 f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow")
-            yield ray.get(next(stream))
+            done = ray.get(next(stream))
+            left_to_come -= len(done)
+            yield from done
 
     def _next_batch(self, index: int) -> Samples:
         if self.dynamic.active:
