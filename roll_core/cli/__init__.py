@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "roll_core.cli.plugins_cmd",
     "roll_core.cli.env_cmd",
     "roll_core.cli.examples_cmd",
+    "roll_core.cli.sandbox_cmd",
 )
 
 

@@ -74,9 +74,10 @@ class RewardConfig(WorkerConfig):
     format_pattern: str | None = Field(None, description="Regular expression passed to the reward as `pattern` "
                                        "(regex: what the response must match; math_verify: where the final answer "
                                        "is, the last match).")
-    judge_prompt: str | None = Field(None, description="llm_judge: a built-in template name (yes_no, score_10, "
-                                     "ROLL's Qwen2.5-7B-Instruct-RLVR-prompt) or a template text with {question}, "
-                                     "{response}, {reference}; unset: score_10.")
+    judge_prompt: str | None = Field(None, description="llm_judge, generative_reward_model: a built-in template name "
+                                     "(yes_no, score_10, ROLL's Qwen2.5-7B-Instruct-RLVR-prompt) or a template text "
+                                     "with {question}, {response}, {reference}; unset: score_10 (llm_judge), yes_no "
+                                     "(generative_reward_model).")
     judge_model_type: Literal["api", "inference"] | None = Field(
         None, description="llm_judge: 'api' (default; an OpenAI-compatible judge_api_url) or 'inference' (a judge "
         "model, model_args, loaded by the domain's reward workers with strategy_args' inference strategy).")
@@ -86,6 +87,10 @@ class RewardConfig(WorkerConfig):
     judge_api_key: SecretStr | None = Field(None, description="llm_judge (api): bearer key; unset: the "
                                             "ROLL_JUDGE_API_KEY environment variable. Never logged, never saved "
                                             "with the run's config.")
+    verdict_tokens: list[str] = Field(default_factory=lambda: ["YES", "NO"], min_length=2, max_length=2,
+                                      description="roll: generative_reward_model: the [positive, negative] verdict "
+                                      "words; the score is p(positive) / (p(positive) + p(negative)) as the start of "
+                                      "the model's answer to judge_prompt.")
     score_timeout: float = Field(60.0, gt=0, description="roll: seconds one sample's scoring may take; past it the "
                                  "sample scores 0, counted as rollout/reward_failures/timeout.")
     training_args: TrainingArgs = compat(TrainingArgs(), "Reward workers do not train.")
@@ -96,12 +101,22 @@ class RewardConfig(WorkerConfig):
         "group; unset: in the driver.")
     world_size: int | None = Field(None, ge=1, description="Reward workers of the domain (see device_mapping).")
     infer_batch_size: int = Field(16, ge=1, description="Samples one reward worker scores at once (its threads).")
-    code_url: str | None = compat(None, "The code_sandbox reward runs code locally, in roll_core.sandbox "
-                                  "(docs/sandbox.md); no remote sandbox service is called.")
-    use_local: bool = compat(True, "The code_sandbox reward always runs code locally, in roll_core.sandbox.")
+    code_url: str | None = Field(None, description="code_sandbox with use_local: false: the sandbox service each "
+                                 "test is POSTed to (ROLL's request shape), e.g. http://host:8080/run_code from "
+                                 "`roll sandbox serve`; bearer key from ROLL_CODE_SANDBOX_API_KEY (docs/sandbox.md).")
+    use_local: bool = Field(True, description="code_sandbox: run code in roll's local sandbox (true, as in ROLL) or "
+                            "at code_url (false).")
     reward_manager_config: list[FreeDict] = compat([])
     worker_cls: str | None = compat(None, "roll picks a domain's reward by reward_type, else the domain key "
                                     "(math_rule, code_sandbox, llm_judge, reward_model are registered names).")
+
+    @model_validator(mode="after")
+    def _remote_sandbox_has_a_url(self):
+        if not self.use_local and not self.code_url:
+            raise ValueError("use_local is false, which sends code to a sandbox service at code_url, but code_url is "
+                             "not set; set code_url (e.g. http://host:8080/run_code, `roll sandbox serve`) or "
+                             "use_local: true")
+        return self
 
     @model_validator(mode="after")
     def _response_filter_is_per_response(self):

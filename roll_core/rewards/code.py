@@ -24,8 +24,13 @@ Scoring follows ROLL: 1 when every test passes, else 0; ``partial_credit=True`` 
 fraction passed instead. Each test runs in a fresh sandbox (no state shared between tests), so a
 test's verdict is decided by the trainer from the program's exit status, never by anything the
 program prints. Every failure has a reason (see :data:`TEST_REASONS`), counted in
-:data:`reason_counts` (per process). ROLL's ``code_url`` (a remote sandbox service) is accepted by
-the config and not used: the local sandbox runs the code.
+:data:`reason_counts` (per process).
+
+Where the code runs follows ROLL's fields of the domain's ``rewards`` section: ``use_local: true``
+(the default) runs it in the local sandbox; ``use_local: false`` sends each test to the sandbox
+service at ``code_url`` (:mod:`roll_core.rewards.code_remote`; roll's own is ``roll sandbox
+serve``). Both give the same reasons and scores; a service that cannot be reached or answers
+garbage costs the response (``RewardFailure``, counted), not the run.
 """
 
 from __future__ import annotations
@@ -39,9 +44,14 @@ from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roll_core.sandbox import Limits, python_executable, run_sandboxed
+from roll_core.errors import ConfigError
+from roll_core.rewards.failures import RewardFailure
+from roll_core.sandbox import CODE_LIMITS, Limits, python_executable, run_sandboxed
+
+if TYPE_CHECKING:
+    from roll_core.rewards.code_remote import RemoteSandbox
 
 logger = logging.getLogger("roll.rewards.code")
 
@@ -49,7 +59,7 @@ logger = logging.getLogger("roll.rewards.code")
 TEST_REASONS = ("passed", "wrong_answer", "error", "timeout", "cpu_limit", "memory_limit", "output_limit", "signal",
                 "no_code", "bad_tests")
 #: limits for one test's run
-DEFAULT_LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=512, processes=16, output_bytes=64 << 10)
+DEFAULT_LIMITS = CODE_LIMITS
 #: failures per reason in this process, across every scored response (a reward worker reports them)
 reason_counts: Counter[str] = Counter()
 _counts_lock = threading.Lock()
@@ -153,11 +163,14 @@ def _same_output(got: str, expected: str) -> bool:
     return lines(got) == lines(expected)
 
 
-def run_test(test: _Test, limits: Limits = DEFAULT_LIMITS) -> str:
-    """One test in a fresh sandbox; its reason (``passed`` or why not)."""
-    python, binds = python_executable()
-    result = run_sandboxed([python, "-I", "main.py"], {"main.py": test.program}, stdin=test.stdin, limits=limits,
-                           ro_binds=binds)
+def run_test(test: _Test, limits: Limits = DEFAULT_LIMITS, remote: RemoteSandbox | None = None) -> str:
+    """One test in a fresh sandbox (``remote``: the service's); its reason (``passed`` or why not)."""
+    if remote is not None:
+        result = remote.run(test.program, test.stdin, limits)
+    else:
+        python, binds = python_executable()
+        result = run_sandboxed([python, "-I", "main.py"], {"main.py": test.program}, stdin=test.stdin, limits=limits,
+                               ro_binds=binds)
     if result.reason == "exit_nonzero":
         return "wrong_answer" if "AssertionError" in result.stderr else "error"
     if result.reason != "ok":
@@ -168,8 +181,9 @@ def run_test(test: _Test, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 def score_code(response: str, test_cases: Any, case_type: str = "assert", *, partial_credit: bool = False,
-               limits: Limits = DEFAULT_LIMITS, workers: int = 4) -> CodeScore:
-    """Score ``response`` against ``test_cases`` (the module docstring has the format)."""
+               limits: Limits = DEFAULT_LIMITS, workers: int = 4, remote: RemoteSandbox | None = None) -> CodeScore:
+    """Score ``response`` against ``test_cases`` (the module docstring has the format); ``remote``
+    runs the tests in a sandbox service, whose failure raises ``RewardFailure`` (counted here too)."""
     code = "" if case_type == "text" else extract_code(response)
     if case_type != "text" and not code.strip():
         return _counted(CodeScore(0.0, ["no_code"]))
@@ -183,12 +197,16 @@ def score_code(response: str, test_cases: Any, case_type: str = "assert", *, par
 
     def one(i: int) -> None:
         if not stop.is_set():
-            reasons[i] = run_test(tests[i], limits)
+            reasons[i] = run_test(tests[i], limits, remote)
             if reasons[i] != "passed" and not partial_credit:
                 stop.set()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(tests)))) as pool:
-        list(pool.map(one, range(len(tests))))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(tests)))) as pool:
+            list(pool.map(one, range(len(tests))))
+    except RewardFailure as exc:  # the service failed, not the code: the sample is lost, counted
+        _counted(CodeScore(0.0, [exc.reason]))
+        raise
     done = [r for r in reasons if r is not None]
     passed = done.count("passed")
     reward = passed / len(tests) if partial_credit else float(passed == len(tests))
@@ -202,10 +220,10 @@ def _counted(score: CodeScore) -> CodeScore:
 
 
 def code_sandbox_reward(prompt: str, response: str, reference: str | None, *, row: Mapping[str, Any] | None = None,
-                        partial_credit: bool = False, **_: object) -> float:
+                        partial_credit: bool = False, remote: RemoteSandbox | None = None, **_: object) -> float:
     """ROLL's code-sandbox reward: 1 when the response's code passes every test of its row, else 0
     (``partial_credit``: the fraction passed). Tests: the row's ``test_cases`` (``case_type``), or
-    the reference column holding them."""
+    the reference column holding them. ``remote``: a sandbox service runs them (``code_url``)."""
     row = row or {}
     cases = row.get("test_cases")
     if cases is None:
@@ -213,4 +231,37 @@ def code_sandbox_reward(prompt: str, response: str, reference: str | None, *, ro
     if cases is None:
         logger.warning("code reward: the row has neither test_cases nor a reference holding them; scores 0")
         return _counted(CodeScore(0.0, ["bad_tests"])).reward
-    return score_code(response, cases, str(row.get("case_type") or "assert"), partial_credit=partial_credit).reward
+    return score_code(response, cases, str(row.get("case_type") or "assert"), partial_credit=partial_credit,
+                      remote=remote).reward
+
+
+class CodeSandboxReward:
+    """The registered ``code_sandbox`` reward: :func:`code_sandbox_reward` where the domain's
+    ``use_local`` / ``code_url`` say (the module docstring)."""
+
+    def __init__(self, remote: RemoteSandbox | None = None):
+        self.remote = remote
+
+    @classmethod
+    def from_reward_config(cls, section: Any, *, seed: int = 0, **_: Any) -> CodeSandboxReward:
+        from roll_core.rewards.code_remote import RemoteSandbox, shown_url
+
+        url = getattr(section, "code_url", None)
+        if getattr(section, "use_local", True):
+            if url:
+                logger.warning("code reward: code_url (%s) is set but use_local is true, so code runs in the local "
+                               "sandbox, as in ROLL; set use_local: false to use the service", shown_url(url))
+            return cls()
+        if not url:
+            raise ConfigError("use_local: false sends code to a sandbox service at code_url, which is not set; set "
+                              "code_url (e.g. http://host:8080/run_code, served by `roll sandbox serve`) or "
+                              "use_local: true")
+        try:
+            return cls(RemoteSandbox(url))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def __call__(self, prompt: str, response: str, reference: str | None, *, row: Mapping[str, Any] | None = None,
+                 partial_credit: bool = False, **_: object) -> float:
+        return code_sandbox_reward(prompt, response, reference, row=row, partial_credit=partial_credit,
+                                   remote=self.remote)

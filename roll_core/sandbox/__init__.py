@@ -10,7 +10,7 @@ The API (docs/sandbox.md has the guarantees and why this mechanism):
 - :func:`python_executable` -- an interpreter the sandbox can run, with the paths it needs.
 """
 
-from roll_core.sandbox.limits import REASONS, Limits, Result
+from roll_core.sandbox.limits import CODE_LIMITS, REASONS, Limits, Result
 from roll_core.sandbox.runner import (
     MODES,
     Sandbox,
@@ -21,5 +21,5 @@ from roll_core.sandbox.runner import (
     run_sandboxed,
 )
 
-__all__ = ["MODES", "REASONS", "Limits", "Result", "Sandbox", "SandboxError", "SandboxUnavailable",
+__all__ = ["CODE_LIMITS", "MODES", "REASONS", "Limits", "Result", "Sandbox", "SandboxError", "SandboxUnavailable",
            "check_available", "python_executable", "run_sandboxed"]

@@ -45,6 +45,9 @@ class Limits:
                                                                 "open_files")}
 
 
+#: limits for one test of a model's program (the code reward's and the sandbox service's default)
+CODE_LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=512, processes=16, output_bytes=64 << 10)
+
 #: why a run ended, in the order the runner decides it (``Result.reason``); counted by callers
 REASONS = (
     "ok",            # exit status 0

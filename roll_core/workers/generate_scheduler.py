@@ -44,6 +44,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -143,13 +144,29 @@ class GenerateScheduler:
     async def generate_all(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Requests sent together (an RLVR batch): one round, batched by the round's rule, never by
         when each arrived; outputs in order."""
+        return list(await asyncio.gather(*self._round_of(requests)))
+
+    async def generate_stream(self, requests: list[GenerationRequest]
+                              ) -> AsyncIterator[list[tuple[int, GenerationOutput]]]:
+        """:meth:`generate_all`'s round (the same chunks, so the same tokens), its outputs yielded as
+        soon as their chunk is done, as ``[(position, output), ...]`` (one item per chunk or so: one
+        Ray object each, not one per response): the caller scores the first chunks while the round's
+        later chunks generate. A Ray streaming generator; a failed request raises there."""
+        futures = self._round_of(requests)
+        position = {id(f): i for i, f in enumerate(futures)}
+        waiting = set(futures)
+        while waiting:
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            yield [(position[id(f)], f.result()) for f in sorted(done, key=lambda f: position[id(f)])]
+
+    def _round_of(self, requests: list[GenerationRequest]) -> list[asyncio.Future]:
         self._start()
         loop = asyncio.get_running_loop()
         pending = [_Pending(r, loop.create_future()) for r in requests]
         self.stats_["requests"] += len(pending)
         self.round.extend(pending)
         self.round_changed.set()
-        return list(await asyncio.gather(*(p.future for p in pending)))
+        return [p.future for p in pending]
 
     def expect(self, players: int) -> None:
         """Lock-step: the next requests come from ``players`` env loops, each one at a time, each

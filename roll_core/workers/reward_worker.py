@@ -58,14 +58,10 @@ class JudgeGenerator:
         self._lock = threading.Lock()  # one generate at a time on the strategy
 
     def __call__(self, text: str) -> str:
+        from roll_core.rewards.generative_rm import chat_prompt_ids
         from roll_core.strategies.base import GenerationRequest
 
-        messages = [{"role": "user", "content": text}]
-        if getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        else:
-            ids = self.tokenizer(text)["input_ids"]
+        ids = chat_prompt_ids(self.tokenizer, text)
         request = GenerationRequest(f"judge-{next(self._ids)}", ids, self.sampling)
         with self._lock:
             out = self.strategy.generate([request])[0]

@@ -146,10 +146,10 @@ def test_a_compat_field_set_to_a_non_default_value_warns_once(roll_registry):
 
 def test_compat_warnings_reach_into_lists_and_maps():
     config = validate_config({
-        "sequence_length": 256, "prompt_length": 128, "rewards": {"math": {"code_url": "http://sandbox:8080", "tag_included": ["m"]}},
+        "sequence_length": 256, "prompt_length": 128, "rewards": {"math": {"worker_cls": "roll.Math", "tag_included": ["m"]}},
         "validation": {"world_size": 2},
     })
-    assert [line.split(" (")[0] for line in compat_warnings(config)] == ["rewards.math.code_url",
+    assert [line.split(" (")[0] for line in compat_warnings(config)] == ["rewards.math.worker_cls",
                                                                           "validation.world_size"]
 
 

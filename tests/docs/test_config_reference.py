@@ -95,7 +95,7 @@ def test_compat_and_fixed_fields_are_marked_with_what_roll_does_instead(ref):
 def test_the_roll_table_lists_every_field_roll_does_not_use(ref):
     table = ref.roll_compat_markdown()
     odd = [r for r in ref.rows() if r.status != "real"]
-    assert len(odd) > 100
+    assert len(odd) > 90  # about a hundred of ROLL's fields (fewer as they become real)
     listed = {(section, name) for section, block in re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", table, re.M | re.S)
               for name in re.findall(r"^\| `(\w+)` \|", block, re.M)}
     assert listed == {(r.section, r.name) for r in odd}

@@ -24,3 +24,14 @@ def behaving(prompt: str, response: str, reference: str | None, **_: object) -> 
 
 def pid(prompt: str, response: str, reference: str | None, **_: object) -> float:
     return float(os.getpid())
+
+
+#: time.perf_counter() at which each ``slow_stamped`` call started (driver-side scoring: same process)
+STARTS: list[float] = []
+
+
+def slow_stamped(prompt: str, response: str, reference: str | None, **_: object) -> float:
+    """A slow reward that notes when it started: 0.2 s, then the response's length in characters."""
+    STARTS.append(time.perf_counter())
+    time.sleep(0.2)
+    return float(len(response))

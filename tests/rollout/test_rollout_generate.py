@@ -155,6 +155,23 @@ def test_requests_sent_together_are_one_round():
     asyncio.run(main())
 
 
+def test_a_streamed_round_is_the_same_round_its_chunks_yielded_as_each_finishes():
+    async def main():
+        worker = FakeWorker("a", delay=0.2)
+        gen = GenerateScheduler([worker], max_batch_size=2, max_wait_s=0.0)
+        requests = [GenerationRequest(f"r{i}", [1] * (i % 3 + 1), SamplingParams()) for i in range(5)]
+        arrived = []
+        async for done in gen.generate_stream(requests):
+            for position, out in done:
+                assert out.request_id == f"r{position}"
+                arrived.append((position, len(worker.batches)))
+        # the generate_all round's chunks (sorted by prompt length, id), run in turn on one worker; each
+        # chunk's outputs come out while the next chunk is generating (the worker has started it)
+        assert worker.batches == [["r0", "r3"], ["r1", "r4"], ["r2"]]
+        assert arrived == [(0, 2), (3, 2), (1, 3), (4, 3), (2, 3)]
+    asyncio.run(main())
+
+
 def test_reproducible_generation_is_on_for_synchronous_cpu_runs_unless_set():
     from types import SimpleNamespace
 

@@ -1,13 +1,13 @@
 """Scoring RLVR samples while the batch is still generating: in the driver or in reward workers.
 
 Each response is handed to its domain's scorer the moment its generation finishes
-(:meth:`RLVRRollout.generate <roll_core.rollout.rlvr.rlvr_rollout.RLVRRollout.generate>`), so a
-batch's scoring overlaps its own generation instead of following it; results are collected in row
-order. Where a domain is scored:
+(:meth:`RLVRRollout.generate <roll_core.rollout.rlvr.rlvr_rollout.RLVRRollout.generate>`: the
+scheduler streams the batch's round back chunk by chunk), so a batch's scoring overlaps its own
+generation instead of following it; results are collected in row order. Where a domain is scored:
 
 * **reward workers** (:class:`~roll_core.workers.reward_group.RewardGroup`) when its ``rewards``
   section places workers (``world_size`` or ``device_mapping``), or its reward loads a model (a
-  ``reward_model``, an ``llm_judge`` with ``judge_model_type: inference``);
+  ``reward_model``, a ``generative_reward_model``, an ``llm_judge`` with ``judge_model_type: inference``);
 * **the driver** otherwise: a few threads of the driver process call the registered function.
   Rule rewards (``math_verify``, ``regex``) take well under a millisecond to a few ms a sample,
   less than one Ray call to a worker costs (docs/benchmarks.md, "Reward scoring"), so moving them

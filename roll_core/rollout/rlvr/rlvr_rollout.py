@@ -56,6 +56,7 @@ class Samples:
     token_versions: list[list[int]] = field(default_factory=list)  # each token's version
     failures: list[str] = field(default_factory=list)  # per response: "" or why it could not be scored
     score_wait_s: float = 0.0  # waited for scores after the last response was generated
+    generated_at: float = 0.0  # time.perf_counter() when the last response arrived (scoring overlaps before it)
     batch_index: int | str = 0
     sampler_state: dict[str, Any] = field(default_factory=dict)
     #: dataset indices of prompts drawn but not consumed (spares of dynamic sampling), drawn again first
@@ -74,7 +75,8 @@ class Samples:
         lists["token_versions"] = [self.token_versions_or_default()[i] for i in pick]
         lists["failures"] = [self.failures[i] for i in pick] if self.failures else []
         return Samples(**lists, batch_index=self.batch_index, sampler_state=self.sampler_state,
-                       leftover=self.leftover, metrics=self.metrics, score_wait_s=self.score_wait_s)
+                       leftover=self.leftover, metrics=self.metrics, score_wait_s=self.score_wait_s,
+                       generated_at=self.generated_at)
 
     @classmethod
     def concat(cls, parts: Sequence[Samples]) -> Samples:
@@ -198,34 +200,44 @@ class RLVRRollout:
         outputs: list[Any] = [None] * len(requests)
         texts: list[str] = [""] * len(requests)
         pending: list[Any] = [None] * len(requests)
+        generated_at = time.perf_counter()
         for i, out in self._stream(requests, key):
+            generated_at = time.perf_counter()  # when the latest response arrived, before it is scored
             row = flat[i]
             outputs[i] = out
             texts[i] = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             pending[i] = self.rewards.submit(row.domain, row.text, texts[i], row.reference, len(out.token_ids),
                                              row.fields)
-        waited = time.perf_counter()
         scored = [self.rewards.result(p) for p in pending]
-        waited = time.perf_counter() - waited
+        waited = time.perf_counter() - generated_at
         return Samples(rows=flat, groups=groups, response_ids=[list(o.token_ids) for o in outputs],
                        logprobs=[list(o.logprobs) for o in outputs], versions=[int(o.policy_version) for o in outputs],
                        token_versions=[o.versions() for o in outputs],
                        finish=[o.finish_reason for o in outputs], texts=texts, rewards=[s[0] for s in scored],
-                       correct=[s[1] for s in scored], failures=[s[2] for s in scored], score_wait_s=waited)
+                       correct=[s[1] for s in scored], failures=[s[2] for s in scored], score_wait_s=waited,
+                       generated_at=generated_at)
 
     def _stream(self, requests: Sequence[GenerationRequest], key: str) -> Iterator[tuple[int, Any]]:
-        """``(position, GenerationOutput)`` of each request, handed to its scorer as it is yielded. The
-        batch is generated as one round (reproducible batching), so today every output comes at once
-        and scoring starts after the round, scoring its samples concurrently."""
+        """``(position, GenerationOutput)`` of each request, handed to its scorer as it is yielded.
+
+        The batch is one round of the scheduler, batched by a rule (reproducible: a sample's float
+        rounding is the same every run), and streamed back chunk by chunk, so the first chunks are
+        scored while the later ones generate. Scores do not depend on when they were computed and
+        land at their row's position, so the batch is the same as generating first and scoring after."""
         import ray
 
-        try:
-            # one round: batched by a rule, not by arrival, so a sample's rounding is the same every run
-            outputs = ray.get(self.scheduler.generate_all.remote(list(requests)), timeout=self.timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
-                            f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow") from None
-        yield from enumerate(outputs)
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        stream = self.scheduler.generate_stream.remote(list(requests))
+        left_to_come = len(requests)
+        while left_to_come:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait([stream], timeout=left)
+            if not ready:
+                raise RollError(f"generating batch {key!r} ({len(requests)} responses) took longer than rpc_timeout "
+                                f"({self.timeout_s:g} s); raise rpc_timeout if generation is merely slow")
+            done = ray.get(next(stream))
+            left_to_come -= len(done)
+            yield from done
 
     def _next_batch(self, index: int) -> Samples:
         if self.dynamic.active:
