@@ -54,6 +54,20 @@ def test_a_tokenizer_whose_lines_are_not_independent_is_encoded_whole(tokenizer)
     assert codec.encode("a  \nb") == whole_ids(tok, "a  \nb") and not codec._lines
 
 
+def test_an_added_token_that_eats_the_newline_before_it_turns_line_encoding_off(tokenizer):
+    """A token with ``lstrip`` takes the white space to its left, the newline included: ``"x\n<act>"``
+    is then not ``"x\n"`` followed by ``"<act>"``."""
+    from tokenizers import AddedToken
+
+    tok = type(tokenizer).from_pretrained(tokenizer.name_or_path)
+    tok.backend_tokenizer.add_special_tokens([AddedToken("<act>", lstrip=True)])
+    whole = whole_ids(tok, "x\n<act>")
+    assert whole != whole_ids(tok, "x\n") + whole_ids(tok, "<act>")
+    assert not lines_tokenise_independently(tok.backend_tokenizer)
+    codec = ChatCodec(tok)
+    assert not codec.by_line and codec.encode("x\n<act>") == whole
+
+
 class RecordingPolicy(TurnPolicy):
     """The random policy, keeping every request's prompt ids."""
 
