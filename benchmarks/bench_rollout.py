@@ -59,6 +59,7 @@ def main() -> None:
             fast = inline.window(args.batches)
             return {"engine_steps_per_s": roll["steps_per_s"], "raw_gym_steps_per_s": raw["steps_per_s"],
                     "text_env_steps_per_s": text["steps_per_s"], "inline_steps_per_s": fast["steps_per_s"],
+                    "engine_cpu_us_per_step": roll["cpu_us_per_step"], "text_env_cpu_us_per_step": text["cpu_us_per_step"],
                     "steps": roll["steps"]}
 
         runs = measure.repeat(one, args.repeats, "engine, raw gym, text env, engine inline")
@@ -83,6 +84,11 @@ def main() -> None:
                    measure.ratios(col(runs, "engine_steps_per_s"), col(runs, "text_env_steps_per_s")), ratio=True)
     measure.report(results, "engine with inline env calls / engine",
                    measure.ratios(col(runs, "inline_steps_per_s"), col(runs, "engine_steps_per_s")), ratio=True)
+    # CPU time per step holds on a shared machine, where the wall-clock rates above do not
+    measure.report(results, "env-manager CPU per env step", col(runs, "engine_cpu_us_per_step"), "us")
+    measure.report(results, "text env CPU per env step", col(runs, "text_env_cpu_us_per_step"), "us")
+    measure.report(results, "text env CPU / env-manager CPU, per step",
+                   measure.ratios(col(runs, "text_env_cpu_us_per_step"), col(runs, "engine_cpu_us_per_step")), ratio=True)
     if args.plot:
         names = ["raw gymnasium", "roll text env", "roll engine", "engine, inline env calls"]
         keys = ["raw_gym_steps_per_s", "text_env_steps_per_s", "engine_steps_per_s", "inline_steps_per_s"]

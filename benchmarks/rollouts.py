@@ -68,12 +68,17 @@ class EngineRollout:
         self.pids = [info["pid"] for info in self.scheduler.worker_info]
 
     def window(self, batches: int = 1) -> dict[str, float]:
-        steps, started = 0, time.perf_counter()
+        steps, started, cpu = 0, time.perf_counter(), self.cpu_seconds()
         for _ in range(batches):
             steps += int(self.scheduler.get_batch(self.setup.envs).metrics["rollout/env_steps"])
         elapsed = time.perf_counter() - started
         return {"steps": steps, "seconds": elapsed, "steps_per_s": steps / elapsed,
-                "traj_per_s": batches * self.setup.envs / elapsed}
+                "traj_per_s": batches * self.setup.envs / elapsed,
+                "cpu_us_per_step": (self.cpu_seconds() - cpu) / steps * 1e6}
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the env-manager processes together."""
+        return sum(measure.cpu_seconds(pid) for pid in self.pids)
 
     def rss_bytes(self) -> int:
         """Resident memory of the env-manager processes together."""
@@ -114,11 +119,12 @@ def text_env_loop(steps: int, setup: LakeSetup) -> dict[str, float]:
     env, policy = FrozenLakeEnv(setup.env_config()), RandomPolicy(setup.seed)
     episode = 0
     observation, _ = env.reset(seed=episode)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         observation, _, terminated, truncated, _ = env.step(policy(env, observation))
         if terminated or truncated:
             episode += 1
             observation, _ = env.reset(seed=episode)
     elapsed = time.perf_counter() - started
-    return {"steps": steps, "seconds": elapsed, "steps_per_s": steps / elapsed}
+    return {"steps": steps, "seconds": elapsed, "steps_per_s": steps / elapsed,
+            "cpu_us_per_step": (time.process_time() - cpu) / steps * 1e6}

@@ -12,10 +12,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from roll_core.chat.line_split import lines_tokenise_independently, probe, split_lines
+
 Message = dict[str, Any]
 
 #: texts (and rendered conversations) a codec remembers; the oldest is forgotten first
 CACHE_SIZE = 512
+#: lines a codec remembers (tokenizers whose lines tokenise independently, roll_core.chat.line_split)
+LINE_CACHE_SIZE = 4096
 #: texts longer than this are tokenised with the GIL released (a thread tokenising a large agent
 #: request then leaves the event loop of its worker free)
 LONG_TEXT = 20_000
@@ -44,6 +48,10 @@ class ChatCodec:
         self._fast_decode = self._fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False)
         self._encoded: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._rendered: OrderedDict[tuple, str] = OrderedDict()
+        self._lines: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        #: encode a new text line by line, remembering each line (exact only for some tokenizers)
+        self.by_line = (self._fast is not None and lines_tokenise_independently(self._fast)
+                        and probe(lambda text: list(self._encode_whole(text))))
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool,
                tools: Sequence[dict] | None = None) -> str:
@@ -80,14 +88,28 @@ class ChatCodec:
             return []
         ids = self._encoded.get(text)
         if ids is None:
-            if self._fast is not None and len(text) > LONG_TEXT:  # tokenizers' batch call releases the GIL
-                ids = tuple(self._fast.encode_batch([text], add_special_tokens=False)[0].ids)
-            elif self._fast is not None:
-                ids = tuple(self._fast.encode(text, add_special_tokens=False).ids)
+            if self.by_line and "\n" in text and len(text) <= LONG_TEXT:
+                ids = tuple(i for line in split_lines(text) for i in self._encode_line(line))
             else:
-                ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+                ids = self._encode_whole(text)
             _remember(self._encoded, text, ids)
         return list(ids)
+
+    def _encode_line(self, line: str) -> tuple[int, ...]:
+        """A line's ids, remembered: a new turn's text is mostly lines seen before (the instruction's
+        last line, grid rows, counters), so only its new lines meet the pre-tokenizer."""
+        ids = self._lines.get(line)
+        if ids is None:
+            ids = self._encode_whole(line)
+            _remember(self._lines, line, ids, LINE_CACHE_SIZE)
+        return ids
+
+    def _encode_whole(self, text: str) -> tuple[int, ...]:
+        if self._fast is not None and len(text) > LONG_TEXT:  # tokenizers' batch call releases the GIL
+            return tuple(self._fast.encode_batch([text], add_special_tokens=False)[0].ids)
+        if self._fast is not None:
+            return tuple(self._fast.encode(text, add_special_tokens=False).ids)
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         if self._fast_decode:
@@ -123,10 +145,11 @@ def load_tokenizer(source: Any) -> Any:
     return load_model_tokenizer(source)
 
 
-def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
-    """Add ``key`` to a bounded cache, dropping the oldest entry once it holds :data:`CACHE_SIZE`."""
+def _remember(cache: OrderedDict, key: Any, value: Any, size: int | None = None) -> None:
+    """Add ``key`` to a bounded cache, dropping the oldest entry once it holds ``size`` (default
+    :data:`CACHE_SIZE`)."""
     cache[key] = value
-    if len(cache) > CACHE_SIZE:
+    if len(cache) > (CACHE_SIZE if size is None else size):
         try:
             cache.popitem(last=False)
         except KeyError:  # another thread emptied it meanwhile
