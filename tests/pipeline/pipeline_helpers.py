@@ -28,6 +28,8 @@ def tiny_frozen_lake(tmp: Path, **extra: str) -> list[str]:
         "warmup_sft.policy": "random",  # the format only: what the model learns beyond it is RL's
         "warmup_sft.batch_size": "8",
         "warmup_sft.learning_rate": "5e-3",
+        "warmup_sft.lr_scheduler_type": "constant",  # the settings these tests were written for,
+        "actor_train.training_args.learning_rate": "3e-4",  # not the demo's longer-run ones
         "eval_steps": "0",
         **extra,
     }
