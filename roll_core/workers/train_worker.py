@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import partial
 from typing import Any
 
 from roll_core.errors import PluginError
@@ -216,7 +217,8 @@ class TrainWorker:
             host = self.strategy.export_weights()
             host_weights, device_weights = (lambda: host), None
         else:
-            host_weights, device_weights = self.strategy.export_weights, getattr(self.strategy, "device_weights", None)
+            device_weights = getattr(self.strategy, "device_weights", None)
+            host_weights = partial(_host_weights, self.strategy, device_weights)
         if rank() != 0:
             return None
         if getattr(self, "handoff_writer", None) is None:
@@ -264,6 +266,15 @@ class TrainWorker:
 
     def reload(self) -> None:
         self.strategy.reload()
+
+
+def _host_weights(strategy: Any, device_weights: Any) -> Any:
+    """The weights in host memory for a handoff: on CPU the live ones (the handoff copies them at
+    once, so no export copy is needed), else the strategy's exported copies."""
+    live = device_weights() if device_weights is not None else None
+    if live is not None and all(t.device.type == "cpu" for t in live.values()):
+        return live
+    return strategy.export_weights()
 
 
 def _rows(batch: dict[str, Any], rows: list[int] | None) -> dict[str, Any]:
