@@ -21,16 +21,19 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
        RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
 PY=${PYTHON:-python3}
-part() { local limit=$1; shift; echo "=== $* (limit ${limit}s) $(date +%T)"; timeout "$limit" "$@"; echo "=== rc $? $(date +%T)"; }
+# each part's limit is scaled by LIMIT_SCALE (1 on a GPU; 8 on CPU, where a shared machine may be slow)
+part() { local limit=$(( $1 * SCALE )); shift; echo "=== $* (limit ${limit}s) $(date +%T)"; timeout "$limit" "$@"; echo "=== rc $? $(date +%T)"; }
 started=$(date +%s)
 
 if $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     GPU=1
+    SCALE=${LIMIT_SCALE:-1}
     MODEL=${MODEL:-/tmp/qwen25-05b-shaped}
     SIZES=()
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 else
     GPU=0
+    SCALE=${LIMIT_SCALE:-8}
     MODEL=${MODEL:-roll-tiny}
     SIZES=(--device cpu --rows 8 --group 4 --new-tokens 16 --micro 4 --steps 1 --sync-repeats 1)
     echo "not on a GPU: every part runs on CPU at tiny sizes (roll-tiny); the figures are not the GPU's"
@@ -40,11 +43,11 @@ $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', to
 if [ "$GPU" = 1 ] && [ ! -f "$MODEL/config.json" ]; then
     part 45 $PY benchmarks/gpu_check.py model --out "$MODEL"
 fi
-part 90 $PY benchmarks/gpu_check.py generate --model "$MODEL" --results "$RESULTS" "${SIZES[@]}"
-part 90 $PY benchmarks/gpu_check.py sync --model "$MODEL" --results "$RESULTS" "${SIZES[@]}"
-part 75 $PY benchmarks/gpu_check.py hf --model "$MODEL" --results "$RESULTS" "${SIZES[@]}"
+part 90 $PY benchmarks/gpu_check.py generate --model "$MODEL" --results "$RESULTS" ${SIZES[@]+"${SIZES[@]}"}
+part 90 $PY benchmarks/gpu_check.py sync --model "$MODEL" --results "$RESULTS" ${SIZES[@]+"${SIZES[@]}"}
+part 75 $PY benchmarks/gpu_check.py hf --model "$MODEL" --results "$RESULTS" ${SIZES[@]+"${SIZES[@]}"}
 
-part 75 $PY -m pytest -q -rfE -p no:cacheprovider --timeout 70 tests/strategies/test_static_decode.py \
+part 75 $PY -m pytest -q -rfE -p no:cacheprovider --timeout $(( 70 * SCALE )) tests/strategies/test_static_decode.py \
     tests/strategies/test_partial_rollout.py tests/strategies/test_packing.py tests/distributed/test_weight_handoff.py
 
 if [ "$GPU" = 1 ]; then
