@@ -286,7 +286,7 @@ def demo(session: nox.Session) -> None:
 # ``nox -s bench -- --quick`` smoke-runs every program; ``nox -s bench -- stragglers scaling`` runs some.
 # A full run writes raw numbers to benchmarks/results/ and plots to docs/images/bench_*.png.
 BENCH_PROGRAMS = ("rollout", "stragglers", "async", "scaling", "distributed", "env_python", "gateway", "priority",
-                  "packing", "partial_rollout", "rewards")
+                  "packing", "partial_rollout", "rewards", "decode_cache")
 
 
 @nox.session(python=PYTHON)

@@ -1,5 +1,7 @@
-"""The GPU path, measured: hf_infer, hf_train (one GRPO step), offload/reload, DeepSpeed ZeRO-2/3 and
-Megatron-core train steps on a Qwen2.5-0.5B-shaped model, on whatever CUDA GPU is here.
+"""The GPU path, measured: hf_infer (growing against static cache with captured decode steps), the
+colocated weight sync (object store against CUDA IPC), hf_train (one GRPO step, packed and padded),
+offload/reload, DeepSpeed ZeRO-2/3 and Megatron-core train steps on a Qwen2.5-0.5B-shaped model, on
+whatever CUDA GPU is here.
 
 The model is ``Qwen2ForCausalLM`` with Qwen2.5-0.5B's published shape (24 layers, hidden 896,
 14 query / 2 key-value heads, MLP 4864, vocabulary 151936, tied embeddings, RoPE theta 1e6) and
@@ -13,6 +15,8 @@ exits non-zero, so one broken backend does not hide the others' figures.
 Usage (``--model roll-tiny --device cpu`` runs the same code on CPU, as a smoke test)::
 
     python benchmarks/gpu_check.py model --out /tmp/qwen05b        # build the model directory
+    python benchmarks/gpu_check.py generate --model /tmp/qwen05b   # hf_infer: dynamic vs static + CUDA graphs
+    python benchmarks/gpu_check.py sync --model /tmp/qwen05b       # weight sync: object store vs CUDA IPC
     python benchmarks/gpu_check.py hf --model /tmp/qwen05b         # generation + one GRPO step
     python benchmarks/gpu_check.py deepspeed --model /tmp/qwen05b --stage 2
     python benchmarks/gpu_check.py megatron --model /tmp/qwen05b
@@ -28,6 +32,10 @@ import time
 import traceback
 
 #: Qwen2.5-0.5B's config.json (the fields that set its shape and numerics)
+#: last round's hf_infer figure on the H200 (docs/gpu.md): 64 sequences x 256 tokens, growing cache
+BASELINE_TOKENS_PER_S = 752
+#: this round's targets (issue 41): generation >= 5x the baseline, a colocated sync under 0.5 s
+TARGET_SPEEDUP, TARGET_SYNC_S = 5.0, 0.5
 QWEN25_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
               "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
               "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
@@ -178,8 +186,22 @@ def part_hf(args) -> dict:
     train = HFTrainStrategy(args.model, seed=0, dtype=dtype, device=args.device, learning_rate=1e-6,
                             per_device_train_batch_size=args.micro, max_grad_norm=1.0)
     batch = grpo_batch(prompt_ids, [o.token_ids for o in outs], args.group, infer.pad_token_id)
-    result["grpo_step"] = timed_train(train, batch, device, args.steps)
+    result["grpo_step"] = timed_train(train, batch, device, args.steps)  # packed (padding-free): the default
+    result["grpo_step"]["packed"] = bool(train.packs)
     result["train_peak_gib"] = _peak_gib(device)
+    train.offload()  # the padded trainer's turn (its own weights and optimizer state)
+    from roll_core.strategies.packing import PackingSettings
+
+    padded = HFTrainStrategy(args.model, seed=0, dtype=dtype, device=args.device, learning_rate=1e-6,
+                             per_device_train_batch_size=args.micro, max_grad_norm=1.0,
+                             packing=PackingSettings(enabled=False))
+    result["grpo_step_padded"] = timed_train(padded, batch, device, args.steps)
+    result["packed_over_padded_tokens_per_s"] = round(result["grpo_step"]["train_tokens_per_s"]
+                                                      / result["grpo_step_padded"]["train_tokens_per_s"], 2)
+    del padded
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    train.reload()
     started = time.perf_counter()
     train.offload()
     _sync(device)
@@ -194,6 +216,85 @@ def part_hf(args) -> dict:
     infer.load_weights(weights, version=1)
     again = infer.generate(requests("after", 2))
     result["generate_after_weight_sync"] = [len(o.token_ids) for o in again]
+    return result
+
+
+def part_generate(args) -> dict:
+    """tokens/s of 64 sequences on the growing cache against the static cache (captured on CUDA)."""
+    import torch
+
+    from roll_core.strategies.base import GenerationRequest, SamplingParams
+    from roll_core.strategies.hf_infer import HFInferStrategy
+
+    dtype = "bf16" if args.device == "cuda" else "fp32"
+    engines = {mode: HFInferStrategy(args.model, seed=0, dtype=dtype, device=args.device, max_batch_size=args.rows,
+                                     decode_cache=mode) for mode in ("dynamic", "static")}
+    device = engines["static"].device
+    prompt_ids = [p for p in prompts(engines["static"].tokenizer, args.rows // args.group) for _ in range(args.group)]
+
+    def requests(tag: str):
+        return [GenerationRequest(f"{tag}{i}", prompt_ids[i], SamplingParams(max_new_tokens=args.new_tokens,
+                                                                             temperature=1.0, seed=i))
+                for i in range(args.rows)]
+
+    result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (not on a GPU)",
+                    "dtype": dtype, "requests": args.rows, "max_new_tokens": args.new_tokens}
+    outs = {}
+    for mode, engine in engines.items():
+        started = time.perf_counter()
+        engine.generate(requests("warm") if mode == "static" else requests("warm")[:4])  # static: the captures
+        _sync(device)
+        result[f"{mode}_warmup_s"] = round(time.perf_counter() - started, 2)
+    for mode, engine in engines.items():
+        _sync(device)
+        started = time.perf_counter()
+        outs[mode] = engine.generate(requests("r"))
+        _sync(device)
+        seconds = time.perf_counter() - started
+        tokens = sum(len(o.token_ids) for o in outs[mode])
+        result[mode] = {"new_tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds),
+                        "ms_per_step": round(1000 * seconds / max(1, args.new_tokens), 1)}
+    static = engines["static"]
+    result["static_over_dynamic"] = round(result["static"]["tokens_per_s"] / result["dynamic"]["tokens_per_s"], 2)
+    if device.type == "cuda":
+        result["static_over_baseline_752"] = round(result["static"]["tokens_per_s"] / BASELINE_TOKENS_PER_S, 2)
+        result["target_5x_met"] = result["static_over_baseline_752"] >= TARGET_SPEEDUP
+    else:
+        result["target_5x_met"] = "not on a GPU"
+    result["same_tokens"] = sum(a.token_ids == b.token_ids for a, b in zip(outs["dynamic"], outs["static"]))
+    result["captured"] = {"buckets": [list(k) for k, b in static._static.buckets.items() if b.graph is not None],
+                          "capture_failed": static._static.capture_failed, "static_fallback": static.static_fallback}
+    result["peak_gib"] = _peak_gib(device)
+    return result
+
+
+def part_sync(args) -> dict:
+    """The weight sync between a trainer and an engine on one GPU (colocated): object store against
+    the handoff (CUDA IPC on a GPU, shared memory on CPU), real Ray actors (bench_weight_sync.py)."""
+    import ray
+    import torch
+    from bench_weight_sync import measure_sync
+
+    on_gpu = args.device == "cuda" and torch.cuda.is_available()
+    from roll_core.rollout import init_ray
+
+    init_ray()
+    try:
+        out = measure_sync(args.model, "bf16", args.sync_repeats, gpu_share=0.4 if on_gpu else 0.0)
+    finally:
+        ray.shutdown()
+    runs = out.pop("runs")
+
+    def median(key):
+        values = sorted(r[key] for r in runs)
+        return round(values[len(values) // 2], 3)
+
+    result = {**out, "on_gpu": on_gpu, "object_store_s": median("object_store_s"), "handoff_s": median("handoff_s"),
+              "transports": sorted({r["transport"] for r in runs}), "runs": runs}
+    result["object_store_over_handoff"] = round(result["object_store_s"] / result["handoff_s"], 2)
+    result["target_under_0_5_s_met"] = result["handoff_s"] < TARGET_SYNC_S if on_gpu else "not on a GPU"
+    if not on_gpu:
+        print("not on a GPU: the sync ran through shared memory (CUDA IPC needs a GPU)", flush=True)
     return result
 
 
@@ -225,7 +326,8 @@ def part_megatron(args) -> dict:
             "peak_gib": _peak_gib(torch.device("cuda"))}
 
 
-PARTS = {"hf": part_hf, "deepspeed": part_deepspeed, "megatron": part_megatron}
+PARTS = {"generate": part_generate, "sync": part_sync, "hf": part_hf, "deepspeed": part_deepspeed,
+         "megatron": part_megatron}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,11 +342,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro", type=int, default=8, help="micro-batch rows")
     parser.add_argument("--steps", type=int, default=2, help="timed optimiser steps after one warm-up")
     parser.add_argument("--stage", type=int, default=2, help="deepspeed: ZeRO stage")
+    parser.add_argument("--sync-repeats", type=int, default=3, help="sync: timed syncs of each path")
     parser.add_argument("--results", help="append each part's JSON line to this file")
     args = parser.parse_args(argv)
     if args.part == "model":
         print(build_model(args.out))
         return 0
+    if args.device == "cpu":  # one thread: several torch processes share the cores (hf_common.set_num_threads)
+        import torch
+
+        torch.set_num_threads(1)
     started = time.perf_counter()
     try:
         record = {"part": args.part, **PARTS[args.part](args)}

@@ -506,8 +506,10 @@ class TrainingLoop:
             # stays in the object store; an engine serving LoRA natively gets the adapter (and, the
             # first time after a warm start changed the base, the base weights with it)
             adapter = self.resolved.syncs_adapters
+            # engines on the trainer's node (or GPU) get the weights through shared memory (or CUDA IPC)
             refs = self.workers["actor_train"].export_weights_ref(
-                adapter=adapter, with_base=adapter and bool(self.warmup_dir) and not self._base_synced)
+                adapter=adapter, with_base=adapter and bool(self.warmup_dir) and not self._base_synced,
+                targets=None if adapter else self.generation.localities())
             self._base_synced = True
             if self.colocated:  # training hands the GPUs back to the inference engine
                 self.workers["actor_train"].offload()

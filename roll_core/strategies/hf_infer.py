@@ -15,6 +15,12 @@ token, their samples ignored) until a quarter of the batch has finished; then th
 masks are compacted to the live rows. Requests are sorted by prompt length and cut into batches
 of at most ``max_batch_size``, which keeps padding low.
 
+Decode cache (``decode_cache``): ``dynamic`` grows each layer's K/V by one position a step (a
+concatenation per layer and step); ``static`` copies the prefill into a pre-allocated cache of a
+fixed batch bucket and writes each step in place, and on CUDA replays each bucket's decode step as
+a captured CUDA graph (:mod:`roll_core.strategies.static_decode`). Outputs are the same (greedy
+tokens equal, log-probs to float rounding). ``auto`` picks per device from :data:`DECODE_CACHE_DEFAULT`.
+
 Log-probs: see :mod:`roll_core.strategies.sampling` (``log_softmax(logits / T)`` of the chosen
 token over the full vocabulary; ``T = 1`` for greedy).
 
@@ -26,6 +32,7 @@ between decode steps.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,11 +55,17 @@ from roll_core.strategies.hf_common import (
     torch_dtype,
 )
 from roll_core.strategies.sampling import sample_next
+from roll_core.strategies.static_decode import StaticDecoder, static_unsupported
+
+logger = logging.getLogger(__name__)
 
 #: compact the batch once this fraction of its rows has finished
 COMPACT_FRACTION = 0.25
 #: a prompt shorter than this share of its prefill bucket's longest starts a new bucket
 PREFILL_BUCKET_RATIO = 0.75
+#: ``decode_cache="auto"`` per device type (docs/benchmarks.md: the CPU A/B; docs/gpu.md: the GPU's)
+DECODE_CACHE_DEFAULT = {"cpu": "static", "cuda": "static"}
+DECODE_CACHES = ("auto", "dynamic", "static")
 
 
 class HFInferStrategy(InferStrategy):
@@ -70,6 +83,10 @@ class HFInferStrategy(InferStrategy):
             for the scheduler, never applied silently (every request carries its own params).
         extra_stop_token_ids: stop tokens for every request besides the tokenizer's eos.
         num_threads: torch intra-op threads for this process (see ``hf_common.set_num_threads``).
+        decode_cache: ``auto`` (the device's entry of :data:`DECODE_CACHE_DEFAULT`), ``dynamic`` or
+            ``static`` (see the module docstring).
+        cuda_graphs: capture the static cache's decode steps as CUDA graphs (CUDA only; a failed
+            capture logs its reason once and runs the same steps uncaptured).
     """
 
     def __init__(
@@ -86,11 +103,18 @@ class HFInferStrategy(InferStrategy):
         extra_stop_token_ids: Sequence[int] = (),
         num_threads: int | None = None,
         model_config_kwargs: Mapping[str, Any] | None = None,
+        decode_cache: str = "auto",
+        cuda_graphs: bool = True,
     ):
         set_num_threads(num_threads)
         if max_batch_size < 1:
             raise RollError(f"hf_infer: max_batch_size must be >= 1, got {max_batch_size}.")
+        if decode_cache not in DECODE_CACHES:
+            raise RollError(f"hf_infer: decode_cache must be one of {', '.join(DECODE_CACHES)}, got "
+                            f"{decode_cache!r} (strategy_args.strategy_config.decode_cache).")
         self.device = resolve_device(device)
+        self.decode_cache = DECODE_CACHE_DEFAULT.get(self.device.type, "dynamic") if decode_cache == "auto" \
+            else decode_cache
         self.model_dir = resolve_pretrain(pretrain, cache_dir, seed=seed)
         self.tokenizer = load_tokenizer(self.model_dir)
         attn = resolve_attn_implementation(attn_implementation, self.device)
@@ -110,6 +134,11 @@ class HFInferStrategy(InferStrategy):
         self._aborted: set[str] = set()
         self._inflight: set[str] = set()
         self._offloaded = False
+        self._static: StaticDecoder | None = None
+        if self.decode_cache == "static":
+            self._static = StaticDecoder(self.model, self.max_batch_size, self.pad_token_id, bool(cuda_graphs))
+        #: why the last batch decoded on the growing cache although ``static`` was asked (logged once)
+        self.static_fallback: str | None = None
 
     @classmethod
     def from_worker_config(cls, worker_config: Any, pretrain: str, seed: int, **overrides: Any) -> HFInferStrategy:
@@ -179,6 +208,8 @@ class HFInferStrategy(InferStrategy):
         """Move the model to CPU and free accelerator memory (no-op on CPU)."""
         with self._lock:
             if self.device.type != "cpu" and not self._offloaded:
+                if self._static is not None:
+                    self._static.clear()  # its graphs and caches point at device memory
                 self.model.to("cpu")
                 torch.cuda.empty_cache()
                 self._offloaded = True
@@ -225,6 +256,8 @@ class HFInferStrategy(InferStrategy):
             attn = _left_padding_mask(prompts)
             attn, next_pos = attn.to(self.device), attn.sum(-1, keepdim=True).to(self.device)
             cache, logits = self._prefill(prompts)
+            run = self._static_run(cache, attn, next_pos, steps)
+            del cache  # the static run copied it; the dynamic run holds it
             live = torch.ones(len(live_rows), dtype=torch.bool)  # per batch position
 
             for step in range(steps):
@@ -259,17 +292,12 @@ class HFInferStrategy(InferStrategy):
                 live &= torch.tensor([finish[i] is None for i in idx])
                 if not bool(live.any()):
                     break
-                if (~live).sum() >= max(1, int(COMPACT_FRACTION * len(idx))):
+                if run.should_compact(int(live.sum())):
                     keep = live.nonzero().flatten()
-                    keep_dev = keep.to(self.device)
-                    cache.batch_select_indices(keep_dev)
-                    attn, next_pos = attn[keep_dev], next_pos[keep_dev]
+                    run.select(keep)
                     rows, chosen, live = rows[keep], chosen[keep], live[keep]
                 feed = torch.where(live, chosen, self.pad_token_id).unsqueeze(1).to(self.device)
-                attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-                logits = self.model(input_ids=feed, attention_mask=attn, position_ids=next_pos,
-                                    past_key_values=cache, use_cache=True).logits[:, -1]
-                next_pos = next_pos + 1
+                logits = run.step(feed)
 
         return [
             GenerationOutput(
@@ -281,6 +309,17 @@ class HFInferStrategy(InferStrategy):
             )
             for i, r in enumerate(requests)
         ]
+
+    def _static_run(self, cache: Any, attn: torch.Tensor, next_pos: torch.Tensor, steps: int) -> Any:
+        """The batch's decode: on the static cache when asked and the model allows it (else why, once)."""
+        if self._static is not None and steps > 0:
+            reason = static_unsupported(self.model, cache)
+            if reason is None:
+                return self._static.start(cache, attn, next_pos, steps)
+            if reason != self.static_fallback:
+                logger.warning("hf_infer: decoding on the growing cache, not the static one: %s", reason)
+            self.static_fallback = reason
+        return _DynamicRun(self.model, cache, attn, next_pos)
 
     def _prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
         """The KV cache of left-padded ``prompts`` and each row's next-token logits.
@@ -319,6 +358,30 @@ class HFInferStrategy(InferStrategy):
         return self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
                           position_ids=positions.to(self.device), past_key_values=cache,
                           use_cache=True, logits_to_keep=1).logits[:, -1]
+
+
+class _DynamicRun:
+    """A batch's decode on the growing cache: each step appends one position per layer; finished rows
+    leave once :data:`COMPACT_FRACTION` of the batch has finished."""
+
+    def __init__(self, model: Any, cache: Any, attn: torch.Tensor, next_pos: torch.Tensor):
+        self.model, self.cache, self.attn, self.next_pos = model, cache, attn, next_pos
+
+    def should_compact(self, n_live: int) -> bool:
+        rows = len(self.attn)
+        return rows - n_live >= max(1, int(COMPACT_FRACTION * rows))
+
+    def select(self, keep: torch.Tensor) -> None:
+        keep = keep.to(self.attn.device)
+        self.cache.batch_select_indices(keep)
+        self.attn, self.next_pos = self.attn[keep], self.next_pos[keep]
+
+    def step(self, feed: torch.Tensor) -> torch.Tensor:
+        self.attn = torch.cat([self.attn, torch.ones_like(self.attn[:, :1])], dim=1)
+        logits = self.model(input_ids=feed, attention_mask=self.attn, position_ids=self.next_pos,
+                            past_key_values=self.cache, use_cache=True).logits[:, -1]
+        self.next_pos = self.next_pos + 1
+        return logits
 
 
 def _left_padding_mask(prompts: Sequence[Sequence[int]]) -> torch.Tensor:

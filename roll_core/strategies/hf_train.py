@@ -424,6 +424,14 @@ class HFTrainStrategy(OptimizedModel, TrainStrategy):
             return merged_state_dict(self.model)
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
+    def device_weights(self) -> dict[str, torch.Tensor] | None:
+        """The HF-named weights where they live (no copy), for a weight handoff that stays on the GPU
+        (:mod:`roll_core.workers.weight_handoff`); ``None`` where only :meth:`export_weights` fits
+        (LoRA: merged weights are computed; offloaded: the weights are not on the device)."""
+        if self.lora is not None or getattr(self, "_offloaded", False):
+            return None
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
     def export_adapter(self, *, with_base: bool = False):
         """The LoRA adapter as a weight-sync payload for engines serving adapters natively (vLLM)."""
         if self.lora is None:

@@ -59,6 +59,13 @@ class InferGroup:
         refs = weights if isinstance(weights, list) else [ray.put(weights)]
         ray.get(self.scheduler.update_weights.remote(refs, version))
 
+    def localities(self) -> list[Any]:
+        """The live workers' :class:`~roll_core.workers.weight_handoff.Locality` (plans the weight sync)."""
+        import ray
+
+        lost = self.lost_workers()
+        return ray.get([w.locality.remote() for i, w in enumerate(self.workers) if i not in lost])
+
     @property
     def world_size(self) -> int:
         return len(self.workers)

@@ -30,14 +30,29 @@ class InferWorker:
     def abort(self, request_ids: Sequence[str] | None = None) -> None:
         self.strategy.abort(request_ids)
 
-    def load_weights(self, weights: Any, version: int) -> None:
-        """A HF-named state dict, or a LoRA adapter for a strategy that serves adapters natively."""
+    def load_weights(self, weights: Any, version: int) -> str | None:
+        """A HF-named state dict, a LoRA adapter for a strategy that serves adapters natively, or a
+        :class:`~roll_core.workers.weight_handoff.WeightHandoff` (returns the transport it used)."""
         from roll_core.strategies.lora import LoraAdapter
+        from roll_core.workers.weight_handoff import WeightHandoff
 
         if isinstance(weights, LoraAdapter):
             self.strategy.load_adapter(weights, version)
-        else:
-            self.strategy.load_weights(weights, version)
+            return None
+        if isinstance(weights, WeightHandoff):
+            if not hasattr(self, "_mapped"):
+                self._mapped: dict[Any, Any] = {}  # the shared-memory file, mapped once
+            transport, state = weights.open(self.locality(), self._mapped)
+            self.strategy.load_weights(state, version)
+            return transport
+        self.strategy.load_weights(weights, version)
+        return None
+
+    def locality(self) -> Any:
+        """This worker's :class:`~roll_core.workers.weight_handoff.Locality` (node and device)."""
+        from roll_core.workers.weight_handoff import current_locality
+
+        return current_locality(getattr(self.strategy, "device", None))
 
     def policy_version(self) -> int:
         return int(self.strategy.policy_version)

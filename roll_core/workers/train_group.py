@@ -143,10 +143,12 @@ class TrainGroup:
         return metrics
 
     # -- weights, checkpoints, memory -----------------------------------------------------------
-    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False) -> list[Any]:
+    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False,
+                           targets: list[Any] | None = None) -> list[Any]:
         """``[ObjectRef]`` of the HF-named weights (or the LoRA adapter), put by rank 0 (every rank
-        takes part: ZeRO-3 gathers)."""
-        refs = self._call("export_weights_ref", adapter=adapter, with_base=with_base)
+        takes part: ZeRO-3 gathers); with ``targets`` (the engines' localities) of a weight handoff
+        that uses shared memory or CUDA IPC where it can (:mod:`roll_core.workers.weight_handoff`)."""
+        refs = self._call("export_weights_ref", adapter=adapter, with_base=with_base, targets=targets)
         return refs[0]
 
     @property
@@ -173,6 +175,8 @@ class TrainGroup:
     def shutdown(self) -> None:
         import ray
 
+        # the weight handoff's /dev/shm file outlives a killed actor: removed first (best effort)
+        ray.wait([a.close_handoff.remote() for a in self.actors], num_returns=len(self.actors), timeout=10)
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import partial
 from typing import Any
 
 from roll_core.errors import PluginError
@@ -193,18 +194,48 @@ class TrainWorker:
     def export_weights(self) -> dict[str, Any]:
         return self.strategy.export_weights()
 
-    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False) -> list[Any] | None:
+    def export_weights_ref(self, *, adapter: bool = False, with_base: bool = False,
+                           targets: list[Any] | None = None) -> list[Any] | None:
         """``[ObjectRef]`` of this rank's exported weights on rank 0 (None elsewhere): the inference
         workers fetch them from the object store; the driver only passes the reference on.
         ``adapter``: the LoRA adapter (with the base weights when ``with_base``) for an engine that
-        serves adapters natively, instead of merged weights."""
+        serves adapters natively, instead of merged weights. ``targets``: the engines'
+        :class:`~roll_core.workers.weight_handoff.Locality`; then the reference is of a
+        :class:`~roll_core.workers.weight_handoff.WeightHandoff` (shared memory or CUDA IPC where an
+        engine shares this node or GPU, the object store elsewhere)."""
         import ray
 
-        from roll_core.distributed.process_group import rank
+        from roll_core.distributed.process_group import rank, world_size
 
-        # every rank: collective under ZeRO-3
-        weights = self.strategy.export_adapter(with_base=with_base) if adapter else self.strategy.export_weights()
-        return [ray.put(weights)] if rank() == 0 else None
+        if targets is None or adapter:
+            # every rank: collective under ZeRO-3
+            weights = self.strategy.export_adapter(with_base=with_base) if adapter else self.strategy.export_weights()
+            return [ray.put(weights)] if rank() == 0 else None
+        from roll_core.workers.weight_handoff import HandoffWriter
+
+        if world_size() > 1:  # the export may be collective: every rank takes part, rank 0 hands it over
+            host = self.strategy.export_weights()
+            host_weights, device_weights = (lambda: host), None
+        else:
+            device_weights = getattr(self.strategy, "device_weights", None)
+            host_weights = partial(_host_weights, self.strategy, device_weights)
+        if rank() != 0:
+            return None
+        if getattr(self, "handoff_writer", None) is None:
+            self.handoff_writer = HandoffWriter()
+        return [ray.put(self.handoff_writer.build(self.locality(), targets, host_weights, device_weights))]
+
+    def locality(self) -> Any:
+        """This rank's :class:`~roll_core.workers.weight_handoff.Locality` (node and device)."""
+        from roll_core.workers.weight_handoff import current_locality
+
+        return current_locality(getattr(self.strategy, "device", None))
+
+    def close_handoff(self) -> None:
+        """Remove the weight handoff's shared-memory file and GPU buffer (before the actor goes)."""
+        writer = getattr(self, "handoff_writer", None)
+        if writer is not None:
+            writer.close()
 
     def save_checkpoint(self, path: str) -> None:
         self.strategy.save_checkpoint(path)
@@ -235,6 +266,15 @@ class TrainWorker:
 
     def reload(self) -> None:
         self.strategy.reload()
+
+
+def _host_weights(strategy: Any, device_weights: Any) -> Any:
+    """The weights in host memory for a handoff: on CPU the live ones (the handoff copies them at
+    once, so no export copy is needed), else the strategy's exported copies."""
+    live = device_weights() if device_weights is not None else None
+    if live is not None and all(t.device.type == "cpu" for t in live.values()):
+        return live
+    return strategy.export_weights()
 
 
 def _rows(batch: dict[str, Any], rows: list[int] | None) -> dict[str, Any]:

@@ -1,0 +1,143 @@
+"""Weight sync without the object store: the plan per engine (pure), and real Ray workers whose
+engine after a shared-memory sync holds, bit for bit, what an object-store sync gives, over two
+training steps (the second sync overwrites the same /dev/shm file in place)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from roll_core.workers.weight_handoff import (
+    CUDA_IPC,
+    OBJECT_STORE,
+    SHARED_MEMORY,
+    Layout,
+    Locality,
+    WeightHandoff,
+    plan_weight_sync,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "frozen_lake" / "grpo.yaml"
+
+
+def test_plan_per_engine():
+    gpu0, gpu1 = "cuda:GPU-aaaa", "cuda:GPU-bbbb"
+    trainer = Locality("node-a", gpu0)
+    engines = [Locality("node-a", gpu0), Locality("node-a", gpu1), Locality("node-a", "cpu"),
+               Locality("node-b", gpu0), Locality("node-b", "cpu")]
+    assert plan_weight_sync(trainer, engines) == [CUDA_IPC, SHARED_MEMORY, SHARED_MEMORY, OBJECT_STORE,
+                                                  OBJECT_STORE]
+    cpu_trainer = Locality("node-a", "cpu")
+    assert plan_weight_sync(cpu_trainer, [Locality("node-a", "cpu"), Locality("node-b", "cpu")]) == [
+        SHARED_MEMORY, OBJECT_STORE]
+    assert plan_weight_sync(cpu_trainer, []) == []
+
+
+def test_layout_round_trips_every_dtype_bit_for_bit():
+    import torch
+
+    weights = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.arange(5),
+               "d": torch.randn(2, 2, 3).half()}
+    layout = Layout.of(weights)
+    assert all(offset % 64 == 0 for _, _, _, offset, _ in layout.entries)
+    flat = torch.zeros(layout.nbytes, dtype=torch.uint8)
+    layout.write(flat, weights)
+    views = layout.views(flat)
+    assert all(torch.equal(views[k], v) and views[k].dtype == v.dtype for k, v in weights.items())
+
+
+def test_an_engine_falls_back_to_what_the_handoff_holds(tmp_path):
+    import torch
+
+    weights = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+    here = Locality("node-a", "cpu")
+    no_forms = WeightHandoff(here, missing={SHARED_MEMORY: "OSError: no space left on device"})
+    with pytest.raises(RuntimeError, match="no space left"):
+        no_forms.open(here, {})
+    layout = Layout.of(weights)
+    path = tmp_path / "weights"
+    path.write_bytes(b"\0" * layout.nbytes)
+    flat = torch.from_file(str(path), shared=True, size=layout.nbytes, dtype=torch.uint8)
+    layout.write(flat, weights)
+    shm = WeightHandoff(here, layout=layout, shm_path=str(path))
+    transport, state = shm.open(here, {})
+    assert transport == SHARED_MEMORY and torch.equal(state["w"], weights["w"])
+    with pytest.raises(RuntimeError, match=r"holds \['shared_memory'\], none usable"):
+        shm.open(Locality("node-b", "cpu"), {})  # another node cannot map this node's file
+
+
+def make_run(tmp):
+    from roll_core.config import load_config, resolve
+
+    return resolve(load_config(str(DEMO), [
+        f"logging_dir={tmp}/logs", f"output_dir={tmp}/ckpt", "actor_train.training_args.max_grad_norm=0",
+        "actor_train.training_args.optim=sgd", "actor_train.training_args.learning_rate=1.0"]))
+
+
+def make_batch(rows: int = 4, width: int = 12):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    attention = torch.ones(rows, width, dtype=torch.long)
+    response = attention.clone()
+    response[:, :5] = 0
+    return {"input_ids": torch.randint(3, 200, (rows, width), generator=g), "attention_mask": attention,
+            "response_mask": response, "advantages": torch.randn(rows, width - 1, generator=g),
+            "scores": torch.randn(rows, generator=g)}
+
+
+@pytest.mark.ray
+def test_shared_memory_sync_equals_object_store_sync_over_two_steps(ray_session, tmp_path):
+    import ray
+    import torch
+
+    from roll_core.distributed.layout import build_layout
+    from roll_core.distributed.placement import Placement
+    from roll_core.workers.infer_worker import InferWorker
+    from roll_core.workers.train_group import TrainGroup
+
+    class Engine(InferWorker):
+        def weights(self):
+            return {k: v.clone() for k, v in self.strategy.model.state_dict().items()}
+
+    run = make_run(tmp_path)
+    placement = Placement.create(build_layout(run.config, ["actor_train"], on_gpus=False))
+    group = TrainGroup(run, "actor_train", placement, num_training_steps=4)
+    engine = ray.remote(Engine).options(num_cpus=0)
+    args = (run.strategy("actor_infer"), run.config.actor_infer, run.model_path("actor_infer"))
+    shm_engine, store_engine = (engine.remote(*args, seed=int(run.config.seed), plugins=dict(run.plugins))
+                                for _ in range(2))
+    try:
+        here = ray.get(shm_engine.locality.remote())
+        assert here.node_id == ray.get_runtime_context().get_node_id() and here.device == "cpu"
+        inodes, before = [], ray.get(shm_engine.weights.remote())
+        for step in (1, 2):
+            group.train_actor(make_batch(), epochs=1, shuffle_seed=step)
+            handoff_ref = group.export_weights_ref(targets=[here])
+            handoff = ray.get(handoff_ref[0])
+            assert handoff.forms() == {SHARED_MEMORY} and handoff.ref is None  # nothing in the object store
+            assert ray.get(shm_engine.load_weights.remote(handoff_ref[0], step)) == SHARED_MEMORY
+            assert ray.get(store_engine.load_weights.remote(group.export_weights_ref()[0], step)) is None
+            inodes.append(os.stat(handoff.shm_path).st_ino)
+            via_shm, via_store = ray.get([shm_engine.weights.remote(), store_engine.weights.remote()])
+            assert via_shm.keys() == via_store.keys()
+            assert all(torch.equal(via_shm[k], via_store[k]) for k in via_store)
+            assert not all(torch.equal(via_shm[k], before[k]) for k in before)  # the step changed them
+            before = via_shm
+            assert ray.get(shm_engine.policy_version.remote()) == step
+        assert inodes[0] == inodes[1]  # one file, overwritten in place
+        # an engine on another node: the handoff holds the object store's copy, and a same-node
+        # engine given only that falls back to it
+        remote_ref = group.export_weights_ref(targets=[Locality("another-node", "cpu")])
+        assert ray.get(remote_ref[0]).forms() == {OBJECT_STORE}
+        assert ray.get(shm_engine.load_weights.remote(remote_ref[0], 3)) == OBJECT_STORE
+        path = handoff.shm_path
+    finally:
+        group.shutdown()
+        placement.remove()
+        for actor in (shm_engine, store_engine):
+            ray.kill(actor)
+    assert not os.path.exists(path)  # the group's shutdown removed the file
