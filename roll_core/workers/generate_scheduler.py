@@ -56,6 +56,12 @@ logger = logging.getLogger("roll.rollout")
 LOCKSTEP_TIMEOUT_S = 30.0
 
 
+def continuation_seed(seed: int | None, kept: int) -> int | None:
+    """The sampling seed of a continuation after ``kept`` tokens: derived from the request's seed and
+    the kept length, so a continuation does not replay the random stream its first attempt used."""
+    return None if seed is None else (seed + 1_000_003 * kept) % 2**63
+
+
 @dataclass
 class _Pending:
     request: GenerationRequest  # what the worker runs next: a continuation after a kept abort
@@ -72,8 +78,8 @@ class _Pending:
         self.logprobs += list(out.logprobs)
         self.versions += out.versions()
         first = self.original.sampling
-        seed = None if first.seed is None else (first.seed + 1_000_003 * len(self.tokens)) % 2**63
-        sampling = replace(first, max_new_tokens=first.max_new_tokens - len(self.tokens), seed=seed)
+        sampling = replace(first, max_new_tokens=first.max_new_tokens - len(self.tokens),
+                           seed=continuation_seed(first.seed, len(self.tokens)))
         self.request = replace(self.original, prompt_ids=[*self.original.prompt_ids, *self.tokens],
                                sampling=sampling)
 

@@ -8,40 +8,17 @@ after ``KEPT`` tokens until the abort has been sent.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import torch
 
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 from roll_core.strategies.hf_infer import HFInferStrategy
+from roll_core.testing.infer_threads import ThreadWorker
 from roll_core.workers.generate_scheduler import GenerateScheduler
 
 KEPT = 9  # tokens sampled before the sync: the prefill plus 9 decode forwards
 PROMPT = [5, 17, 42, 7, 99, 3]
-
-
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        return asyncio.ensure_future(asyncio.to_thread(self.fn, *args))
-
-
-class ThreadWorker:
-    """An ``InferWorker`` without Ray: each call in its own thread, abort concurrent with generate."""
-
-    def __init__(self, strategy: HFInferStrategy):
-        self.strategy = strategy
-        self.aborted = threading.Event()
-        self.generate = _Method(strategy.generate)
-        self.load_weights = _Method(strategy.load_weights)
-        self.abort = _Method(self._abort)
-
-    def _abort(self, ids):
-        self.strategy.abort(ids)
-        self.aborted.set()
 
 
 def _hold_after(worker: ThreadWorker, forwards: int, loop, reached: asyncio.Event):
