@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from roll_core.errors import ConfigError, RollError
 from roll_core.pipeline import checkpoint as ckpt
+from roll_core.pipeline import trained_record
 from roll_core.pipeline.stop import LostRank, stop_message
 from roll_core.pipeline.tracking import MetricsTracker
 from roll_core.workers.train_group import RankLost
@@ -299,6 +300,8 @@ class TrainingLoop:
                         self.tracker.print(f"resumed from {resume} at step {self.step}")
                     else:
                         self.prepare()
+                    # the steps after the checkpoint were trained by a run whose weights are lost
+                    trained_record.truncate(c.logging_dir, self.step)
                     while self.step < self.max_steps and not self._stop_requested:
                         self.train_step()
                 except RunInterrupted as stop:
@@ -392,6 +395,7 @@ class TrainingLoop:
         started = time.perf_counter()
         with timer("rollout"):
             data, metrics = self.collect(step)
+        trained = trained_record.episodes(data)
         generated_before = self.generation.activity()  # generation from here to the sync overlaps training
         metrics.update(self.optimize(data, step, timer))
         generated_after = self.generation.activity()
@@ -403,6 +407,7 @@ class TrainingLoop:
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step
+        trained_record.append(c.logging_dir, step, step - 1, trained)
 
         if self.has_validation() and (step % c.eval_steps == 0 or step == self.max_steps):
             with timer("val"):

@@ -50,6 +50,10 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     #: opaque routing key (an env id): the scheduler sends the same key to the same worker
     route_key: str | None = None
+    #: the last ``response_prefix`` prompt tokens are this response's own, generated before a weight
+    #: sync (a partial-rollout continuation): a stop string that starts in them and ends in the new
+    #: tokens stops the response (``hf_infer``; vLLM and SGLang match stop strings in new text only)
+    response_prefix: int = 0
 
 
 @dataclass

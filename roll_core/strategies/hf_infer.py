@@ -244,6 +244,8 @@ class HFInferStrategy(InferStrategy):
         row_generators = [torch.Generator().manual_seed(p.seed) if p.seed is not None else None for p in params]
         stop_rows = [i for i, p in enumerate(params) if p.stop_strings]
         stop_window = {i: 4 * max(len(s) for s in params[i].stop_strings) + 4 for i in stop_rows}
+        # a continuation's own earlier tokens (partial rollout) take part in stop-string matching
+        earlier = {i: _response_tail(requests[i], stop_window[i]) for i in stop_rows}
 
         flags = self._aborted_rows(requests, epoch)
         live_rows = [i for i in range(n) if finish[i] is None and not (flags and flags[i])]
@@ -286,6 +288,8 @@ class HFInferStrategy(InferStrategy):
                 for b, i in enumerate(idx):
                     if live[b] and finish[i] is None and i in stop_window:
                         window = tokens[i, max(0, step + 1 - stop_window[i]) : step + 1].tolist()
+                        if earlier[i] and len(window) < stop_window[i]:
+                            window = earlier[i][len(window) - stop_window[i]:] + window
                         text = self.tokenizer.decode(window, skip_special_tokens=False)
                         if any(s in text for s in params[i].stop_strings):
                             finish[i] = "stop"
@@ -436,6 +440,12 @@ def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
             continue
         ids.update([value] if isinstance(value, int) else list(value))
     return ids
+
+
+def _response_tail(request: GenerationRequest, window: int) -> list[int]:
+    """The last (at most ``window``) prompt tokens that are the response's own (``response_prefix``)."""
+    own = min(max(0, int(request.response_prefix)), len(request.prompt_ids), window)
+    return list(request.prompt_ids[len(request.prompt_ids) - own:]) if own else []
 
 
 def _stop_id_table(eos: set[int], params: Sequence[SamplingParams]) -> torch.Tensor:

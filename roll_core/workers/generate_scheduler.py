@@ -15,7 +15,8 @@ Partial rollout (``partial_rollout``, default on): an aborted request keeps what
 partial response as its prompt (hf_infer prefills it; vLLM/SGLang take the token ids), the rest
 of its ``max_new_tokens``. Its answer is the kept tokens followed by the continuation's, each
 token with the log-prob and the version that sampled it (``GenerationOutput.token_versions``);
-``policy_version`` stays the version of the first token. Off: the partial tokens are thrown away
+``policy_version`` stays the version of the first token; ``response_prefix`` tells the backend
+how many prompt tokens are the response's own (a stop string may span the sync). Off: the partial tokens are thrown away
 and the request is regenerated from scratch on the new weights. ``stats()`` counts both
 (``kept_tokens``, ``discarded_tokens``).
 
@@ -57,6 +58,12 @@ logger = logging.getLogger("roll.rollout")
 LOCKSTEP_TIMEOUT_S = 30.0
 
 
+def continuation_seed(seed: int | None, kept: int) -> int | None:
+    """The sampling seed of a continuation after ``kept`` tokens: derived from the request's seed and
+    the kept length, so a continuation does not replay the random stream its first attempt used."""
+    return None if seed is None else (seed + 1_000_003 * kept) % 2**63
+
+
 @dataclass
 class _Pending:
     request: GenerationRequest  # what the worker runs next: a continuation after a kept abort
@@ -73,10 +80,10 @@ class _Pending:
         self.logprobs += list(out.logprobs)
         self.versions += out.versions()
         first = self.original.sampling
-        seed = None if first.seed is None else (first.seed + 1_000_003 * len(self.tokens)) % 2**63
-        sampling = replace(first, max_new_tokens=first.max_new_tokens - len(self.tokens), seed=seed)
+        sampling = replace(first, max_new_tokens=first.max_new_tokens - len(self.tokens),
+                           seed=continuation_seed(first.seed, len(self.tokens)))
         self.request = replace(self.original, prompt_ids=[*self.original.prompt_ids, *self.tokens],
-                               sampling=sampling)
+                               sampling=sampling, response_prefix=self.original.response_prefix + len(self.tokens))
 
     def answer(self, out: GenerationOutput) -> GenerationOutput:
         """``out`` after the kept tokens (as it is when nothing was kept)."""

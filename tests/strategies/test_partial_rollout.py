@@ -8,40 +8,17 @@ after ``KEPT`` tokens until the abort has been sent.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import torch
 
 from roll_core.strategies.base import GenerationRequest, SamplingParams
 from roll_core.strategies.hf_infer import HFInferStrategy
+from roll_core.testing.infer_threads import ThreadWorker
 from roll_core.workers.generate_scheduler import GenerateScheduler
 
 KEPT = 9  # tokens sampled before the sync: the prefill plus 9 decode forwards
 PROMPT = [5, 17, 42, 7, 99, 3]
-
-
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        return asyncio.ensure_future(asyncio.to_thread(self.fn, *args))
-
-
-class ThreadWorker:
-    """An ``InferWorker`` without Ray: each call in its own thread, abort concurrent with generate."""
-
-    def __init__(self, strategy: HFInferStrategy):
-        self.strategy = strategy
-        self.aborted = threading.Event()
-        self.generate = _Method(strategy.generate)
-        self.load_weights = _Method(strategy.load_weights)
-        self.abort = _Method(self._abort)
-
-    def _abort(self, ids):
-        self.strategy.abort(ids)
-        self.aborted.set()
 
 
 def _hold_after(worker: ThreadWorker, forwards: int, loop, reached: asyncio.Event):
@@ -120,3 +97,46 @@ def test_regenerate_throws_the_partial_response_away(pair):
     assert out.versions() == [1] * len(out.token_ids) and out.policy_version == 1
     assert stats["discarded_tokens"] == KEPT and stats["kept_tokens"] == 0
     assert stats["generated_tokens"] == KEPT + len(out.token_ids)
+
+
+def test_a_stop_string_split_by_the_sync_stops_the_continuation(peaked_dir):
+    """A stop string whose start is in the kept tokens and whose end is in the continuation: the
+    continuation (prompt + kept tokens, ``response_prefix`` = their count) stops at the token that
+    completes it. Without ``response_prefix`` hf_infer matches new tokens only and runs past it.
+    Same weights before and after, greedy: the continuation is the reference's own tail."""
+    strategy = HFInferStrategy(peaked_dir, seed=0)
+    greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
+    reference = strategy.generate([GenerationRequest("ref", PROMPT, greedy)])[0].token_ids
+    text = strategy.tokenizer.decode
+
+    def split_at(k: int) -> str | None:
+        """Two printable characters either side of the boundary after token k, found nowhere else."""
+        before, after = text(reference[:k]), text(reference[k:])
+        if text(reference) != before + after or len(before) < 2 or len(after) < 2:
+            return None
+        stop = before[-2:] + after[:2]
+        clean = stop.isprintable() and stop.strip() == stop and "\ufffd" not in stop
+        return stop if clean and stop not in before and stop not in after and text(reference).count(stop) == 1 else None
+
+    kept = next((k for k in range(3, len(reference) - 3) if split_at(k)), None)
+    assert kept is not None, f"no clean boundary in {text(reference)!r}"
+    stop = split_at(kept)
+    # the first continuation token whose text completes the stop string
+    completes = next(j for j in range(1, len(reference) - kept + 1) if stop in text(reference[: kept + j]))
+    sampling = SamplingParams(max_new_tokens=40 - kept, temperature=0.0, stop_strings=(stop,))
+    continued = GenerationRequest("cont", PROMPT + reference[:kept], sampling, response_prefix=kept)
+    [out] = strategy.generate([continued])
+    assert out.finish_reason == "stop" and out.token_ids == reference[kept : kept + completes]
+    [blind] = strategy.generate([GenerationRequest("old", PROMPT + reference[:kept], sampling)])
+    assert blind.token_ids == reference[kept:]  # new text alone never holds the stop string
+
+
+def test_the_scheduler_marks_a_continuation_s_kept_tokens():
+    from roll_core.strategies.base import GenerationOutput
+    from roll_core.workers.generate_scheduler import _Pending
+
+    pending = _Pending(GenerationRequest("r", [1, 2], SamplingParams(max_new_tokens=10, seed=5)), future=None)
+    pending.keep(GenerationOutput("r", [7, 8, 9], [-0.1, -0.2, -0.3], "abort", 0))
+    pending.keep(GenerationOutput("r", [4], [-0.4], "abort", 1))
+    assert pending.request.prompt_ids == [1, 2, 7, 8, 9, 4] and pending.request.response_prefix == 4
+    assert pending.request.sampling.max_new_tokens == 6

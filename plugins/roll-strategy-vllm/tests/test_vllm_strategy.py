@@ -11,6 +11,7 @@ Compared with the built-in torch strategies on the same tiny Qwen2 (fp32):
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
@@ -175,6 +176,92 @@ def test_weight_update_changes_outputs_and_bumps_the_version(engine, hf_infer, p
     assert all(o.policy_version == 7 for o in after)
     engine.load_weights(read_safetensors_dir(peaked_dir), version=8)  # back to the original weights
     assert [o.token_ids for o in engine.generate(batch)] == [o.token_ids for o in before]
+
+
+def _teacher_forced(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """log p(token | prompt + earlier tokens) under ``model`` at T = 1: each token's behaviour log-prob."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+def test_partial_rollout_continues_an_aborted_request_on_the_new_weights(engine, peaked_dir):
+    """The partial-rollout test of hf_infer (tests/strategies/test_partial_rollout.py) on vLLM: the
+    real generate scheduler in front of the engine; a weight sync aborts a running request, which
+    keeps its tokens (vLLM's abort returns them), is resubmitted as prompt + kept token ids on the
+    new weights, and answers with each token's version and behaviour log-prob; no token twice.
+
+    vLLM runs in its own processes (no forward hook to stop it at a chosen token): a probe on the
+    engine's output stream tells the test when the request has sampled a few tokens, and the sync
+    comes then; the kept count is whatever the abort returned (asserted to be inside the response)."""
+    from roll_core.strategies.hf_infer import HFInferStrategy
+    from roll_core.strategies.tensors import read_safetensors_dir
+    from roll_core.testing.infer_threads import ThreadWorker
+    from roll_core.workers.generate_scheduler import GenerateScheduler, continuation_seed
+
+    old, budget = engine.policy_version, 200
+    sampling = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=11)
+    batch = requests(4, sampling, prefix="pr")
+    lengths = [len(o.token_ids) for o in engine.generate(batch)]
+    prompt = list(batch[lengths.index(max(lengths))].prompt_ids)  # the longest-running of 4 seeded prompts
+    [reference] = engine.generate([GenerationRequest("ref", prompt, sampling)])  # alone, as the run below
+    assert len(reference.token_ids) >= 50, "the seeded reference must run long enough to be interrupted"
+
+    old_model = HFInferStrategy(peaked_dir, device="cpu", dtype="fp32")
+    g = torch.Generator().manual_seed(3)
+    new = {k: v + 0.2 * v.std() * torch.randn(v.shape, generator=g)
+           if v.is_floating_point() and v.numel() > 1 and "embed" not in k and "lm_head" not in k else v
+           for k, v in old_model.model.state_dict().items()}  # the tied embedding/head kept: one tensor
+    worker = ThreadWorker(engine)
+    streamed = {"tokens": 0}
+    engine_generate = engine.engine.generate
+
+    def probe(*args, **kwargs):  # the engine's output stream, counting the tokens sampled so far
+        async def stream():
+            async for output in engine_generate(*args, **kwargs):
+                streamed["tokens"] = len(output.outputs[0].token_ids) if output.outputs else 0
+                yield output
+        return stream()
+
+    async def main():
+        gen = GenerateScheduler([worker], max_batch_size=4, max_wait_s=0.0, partial_rollout=True)
+        pending = asyncio.ensure_future(gen.generate(GenerationRequest("p0", prompt, sampling)))
+        while streamed["tokens"] < 5 and not pending.done():
+            await asyncio.sleep(0.005)
+        assert await gen.update_weights(new, old + 1) == old + 1
+        return await pending, gen.stats()
+
+    engine.engine.generate = probe
+    try:
+        out, stats = asyncio.run(main())
+        kept = stats["kept_tokens"]
+        assert worker.aborted.is_set() and 5 <= kept < len(reference.token_ids)
+        # the kept tokens are the old policy's, as the uninterrupted request sampled them ...
+        assert out.token_ids[:kept] == reference.token_ids[:kept]
+        # ... the rest is what vLLM samples for prompt + kept tokens on the new weights
+        [fresh] = engine.generate([GenerationRequest("cont", prompt + out.token_ids[:kept], SamplingParams(
+            max_new_tokens=budget - kept, temperature=1.0, seed=continuation_seed(11, kept)))])
+        assert out.token_ids[kept:] == fresh.token_ids and fresh.policy_version == old + 1
+        assert out.token_ids[kept:] != reference.token_ids[kept : len(out.token_ids)]  # the weights did change
+        assert out.versions() == [old] * kept + [old + 1] * (len(out.token_ids) - kept)
+        assert out.policy_version == old and out.finish_reason in ("stop", "length")
+        # no token is generated twice: every token the engine sampled is in the answer
+        assert stats["generated_tokens"] == len(out.token_ids) and stats["requeued_aborts"] == 1
+        assert stats["discarded_tokens"] == 0
+        # each token's log-prob is the one of the weights that sampled it
+        old_lp = _teacher_forced(old_model.model, prompt, out.token_ids)
+        old_model.load_weights(new, old + 1)
+        new_lp = _teacher_forced(old_model.model, prompt, out.token_ids)
+        worst = max(max(abs(a - b) for a, b in zip(out.logprobs[:kept], old_lp[:kept])),
+                    max(abs(a - b) for a, b in zip(out.logprobs[kept:], new_lp[kept:])))
+        print(f"\npartial rollout on vLLM: kept {kept} of {len(out.token_ids)} tokens; "
+              f"max |logprob - teacher-forced| {worst:.1e}")
+        assert worst <= 10 * LOGPROB_ATOL  # a long sequence: vLLM's CPU kernels sum in another order
+        assert max(abs(a - b) for a, b in zip(old_lp[kept:], new_lp[kept:])) > 100 * LOGPROB_ATOL  # distinct
+    finally:
+        engine.engine.__dict__.pop("generate", None)
+        engine.load_weights(read_safetensors_dir(peaked_dir), version=old + 2)  # the original weights back
 
 
 def test_from_worker_config_splits_engine_arguments(monkeypatch):
