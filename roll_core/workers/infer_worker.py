@@ -39,6 +39,12 @@ class InferWorker:
         else:
             self.strategy.load_weights(weights, version)
 
+    def node(self) -> tuple[str, str]:
+        """``(node_id, node_ip)`` where this worker runs; answering it says the engine is built."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
     def policy_version(self) -> int:
         return int(self.strategy.policy_version)
 
