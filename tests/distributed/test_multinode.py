@@ -195,8 +195,9 @@ def wait_for(what: str, condition, thread, outcome: dict, timeout: float = 300.0
         time.sleep(0.5)
 
 
-#: at most this many steps; the run is ended one step after the replacement served (its own pace decides)
-FAILOVER_STEPS = 30
+#: a bound only: the run is ended one step after the replacement served (a fast machine makes many steps
+#: while the replacement starts)
+FAILOVER_STEPS = 200
 
 
 def test_a_lost_inference_node_is_failed_over_and_replaced_when_a_node_joins(infer_cluster, tmp_path):
