@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from roll_core.distributed.layout import Bundle, Layout, RankSlot, role_section
@@ -117,27 +117,19 @@ class Placement:
     def _locate(self) -> None:
         import ray
         from ray.util.placement_group import placement_group_table
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        # a bundle's node is in the placement group table; only its GPU ids need a task inside it.
-        # CPU bundles run no probe: a probe's pooled worker, killed once the bundle's actors start,
-        # sometimes died with a "Mutex corrupt" SIGABRT dump in the run's output (not reproduced
-        # on demand: this removes the process that printed it, on CPU clusters)
+        # a bundle's node is in the placement group table; only its GPU ids need a probe inside it
         node_of = {int(k): v for k, v in placement_group_table(self.pg).get("bundles_to_node_id", {}).items()}
         ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-        probe = ray.remote(_probe)
         found: list[Any] = []
         for bundle in self.layout.bundles:
             node_id = node_of.get(bundle.index)
             if not bundle.gpu and node_id in ips:
                 found.append((node_id, ips[node_id], []))
-                continue
-            strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle.index)
-            gpus = float(len(bundle.devices)) if bundle.gpu else 0.0
-            found.append(probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy).remote())
-        refs = [f for f in found if not isinstance(f, tuple)]
-        answers = iter(ray.get(refs))
-        found = [f if isinstance(f, tuple) else tuple(next(answers)) for f in found]
+            else:
+                found.append(bundle)
+        probed = iter(probe_bundles(self.pg, [f for f in found if not isinstance(f, tuple)]))
+        found = [f if isinstance(f, tuple) else next(probed) for f in found]
         for role, lay in self.layout.roles.items():
             placed = []
             for slot in lay.ranks:
@@ -152,6 +144,35 @@ class Placement:
                                  "local_world_size": len(per_node[p.node_id])})
                 for p in placed
             ]
+
+    def relocate(self, role: str, rank: int, *, timeout_s: float = 60.0) -> RankPlacement | None:
+        """Where a lost rank's replacement goes, or None while there is no room for it.
+
+        Ray re-places the bundles of a lost node on their own, as soon as a node with room joins; a
+        rank whose actor died on a live node (killed, OOM) keeps its bundle there. So the rank's
+        bundle on a live node is the sign that the cluster has room again. The rank's record
+        (``ranks``, ``placement.json``) moves with it; a GPU bundle's physical GPU ids are asked again.
+        """
+        import ray
+        from ray.util.placement_group import placement_group_table
+
+        old = self.ranks[role][rank]
+        bundles = {int(k): v for k, v in placement_group_table(self.pg).get("bundles_to_node_id", {}).items()}
+        alive = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+        node_id = bundles.get(old.bundle)
+        if node_id not in alive:
+            return None
+        gpu_ids = old.gpu_ids
+        bundle = self.layout.bundles[old.bundle]
+        if bundle.gpu:
+            try:
+                node_id, _, gpus = probe_bundles(self.pg, [bundle], timeout_s=timeout_s)[0]
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+                return None
+            gpu_ids = _rank_gpus(bundle, self.layout.roles[role].ranks[rank], gpus)
+        new = replace(old, node_id=node_id, node_ip=alive.get(node_id, old.node_ip), gpu_ids=gpu_ids)
+        self.ranks[role][rank] = new
+        return new
 
     def actor_options(self, config: Any, where: RankPlacement) -> dict[str, Any]:
         """Ray actor options that put a rank into its bundle with its devices and the run's variables."""
@@ -252,12 +273,41 @@ def _rank_gpus(bundle: Bundle, slot: RankSlot, gpu_ids: list[str]) -> tuple[str,
     return tuple(gpu_ids[bundle.devices.index(d)] for d in slot.devices)
 
 
-def _probe() -> tuple[str, str, list[str]]:
-    """Run inside a bundle: its node and, for a GPU bundle, the physical GPU ids Ray gave it."""
-    import ray
+class _Probe:
+    """Lives inside a bundle: its node and, for a GPU bundle, the physical GPU ids Ray gave it."""
 
-    context = ray.get_runtime_context()
-    return context.get_node_id(), ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
+    def where(self) -> tuple[str, str, list[str]]:
+        import ray
+
+        context = ray.get_runtime_context()
+        return context.get_node_id(), ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
+
+
+def probe_bundles(pg: Any, bundles: list[Bundle], *, timeout_s: float | None = None) -> list[tuple[str, str, list[str]]]:
+    """``(node_id, node_ip, gpu_ids)`` of each bundle, asked from inside it.
+
+    The probe is an actor that is killed as soon as it answered, not a task. The probes used to be
+    tasks, and now and then the run's output carried a ``Mutex corrupt`` SIGABRT stack dump from one
+    of their workers after the probes (issue 35; never reproduced on demand). A task's worker goes
+    back to Ray's worker pool, and the raylet later stops idle pooled workers with a graceful exit,
+    in which Ray's C++ core tears down its locks while its own threads may still use one: absl's
+    mutex check then aborts the process. That is Ray's shutdown race, harmless to the run (the
+    worker was idle), but its dump reached the user. ``ray.kill`` ends the probe with a forced quick
+    exit instead, which runs none of that teardown, and no probe worker is left in the pool to be
+    stopped later. CPU bundles need no probe at all (their node is in the placement group table).
+    """
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    probe = ray.remote(_Probe)
+    actors = [probe.options(num_cpus=0, num_gpus=float(len(b.devices)) if b.gpu else 0.0, max_restarts=0,
+                            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=b.index)
+                            ).remote() for b in bundles]
+    try:
+        return [tuple(answer) for answer in ray.get([a.where.remote() for a in actors], timeout=timeout_s)]
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
 
 
 def _unplaceable(bundles: list[Mapping[str, float]], timeout_s: float) -> str:

@@ -404,6 +404,7 @@ class TrainingLoop:
         # failover (issue 35): live inference workers, and requests moved off lost ones so far
         metrics["rollout/inference_workers"] = generated_after["workers"]
         metrics["rollout/requeued_lost_requests"] = generated_after["requeued_lost"]
+        metrics["rollout/inference_workers_rejoined"] = generated_after["rejoined"]
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step
@@ -508,20 +509,39 @@ class TrainingLoop:
         """actor_train -> inference workers; generation is paused meanwhile."""
         version = self.step if version is None else version
         with self.paused():
+            # lost inference workers are started again where the cluster has room; those up join here
+            joining = self.generation.prepare_replacements()
             # stays in the object store; an engine serving LoRA natively gets the adapter (and, the
-            # first time after a warm start changed the base, the base weights with it)
+            # first time after a warm start changed the base, or for a joining worker, the base weights with it)
             adapter = self.resolved.syncs_adapters
+            base_stale = bool(self.warmup_dir) and (not self._base_synced or joining > 0)
             # engines on the trainer's node (or GPU) get the weights through shared memory (or CUDA IPC)
             refs = self.workers["actor_train"].export_weights_ref(
-                adapter=adapter, with_base=adapter and bool(self.warmup_dir) and not self._base_synced,
+                adapter=adapter, with_base=adapter and base_stale,
                 targets=None if adapter else self.generation.localities())
             self._base_synced = True
             if self.colocated:  # training hands the GPUs back to the inference engine
                 self.workers["actor_train"].offload()
                 self.generation.reload()
-            self.generation.update_weights(refs, version)
+            joined = self.generation.update_weights(refs, version)
             for rollout in self.rollouts():
                 rollout.set_version(version)
+        self.rejoined([("actor_infer", self.generation.describe_rank(rank)) for rank in joined]
+                      + self.replace_lost_workers())
+
+    def replace_lost_workers(self) -> list[tuple[str, str]]:
+        """Other groups that fail over (RLVR: reward workers) take their replacements in at the
+        weight sync; ``(role, "rank r on node ...")`` of each that rejoined."""
+        return []
+
+    def rejoined(self, ranks: list[tuple[str, str]]) -> None:
+        """Say which lost ranks rejoined, and record where they run now in ``placement.json``."""
+        if not ranks:
+            return
+        for role, where in ranks:
+            self.tracker.print(f"{role} {where}: a replacement for the lost worker rejoined")
+        if self.placement is not None:
+            self.save_placement(self.placed_actors())
 
     def plot(self) -> str | None:
         return self.tracker.plot(os.path.join(self.config.logging_dir, CURVE_FILE))

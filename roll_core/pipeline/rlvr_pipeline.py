@@ -114,6 +114,10 @@ class RLVRPipeline(TrainingLoop):
                                     template=c.global_template or val_args.template)
             self.val_rows = val_rows[: c.val_batch_size] if c.val_batch_size > 0 else val_rows
 
+    def replace_lost_workers(self) -> list[tuple[str, str]]:
+        """Lost reward workers are started again where there is room, and take samples once up."""
+        return self.reward_scoring.replace_lost() if self.reward_scoring is not None else []
+
     def shutdown(self) -> None:
         if self.reward_scoring is not None:
             self.reward_scoring.shutdown()

@@ -37,6 +37,13 @@ its sticky routes move to them (weights are synced to every worker each step, so
 any env). Env loops never see the death; only when no worker is left does every request fail with
 :class:`~roll_core.errors.InferenceLost`, which stops the run with one message instead of counting
 env failures.
+
+Rejoining: a replacement for a lost worker (started by
+:class:`~roll_core.workers.infer_group.InferGroup` where the cluster has room again) is handed to
+:meth:`update_weights` as ``joining``; it loads that sync's weights with the others and takes the
+lost worker's index (its rank) again. Every route is then dealt afresh over the live workers (new
+weights make every prefix cache stale, so nothing is lost by moving a route at a sync), and the
+lost worker's dispatcher, if it still waits, is replaced.
 """
 
 from __future__ import annotations
@@ -124,7 +131,11 @@ class GenerateScheduler:
         self.partial_rollout = bool(partial_rollout)
         self.stats_ = {"requests": 0, "batches": 0, "batched_requests": 0, "requeued_aborts": 0,
                        "kept_tokens": 0, "discarded_tokens": 0, "generated_tokens": 0,
-                       "rounds": 0, "lockstep_timeouts": 0, "requeued_lost": 0, "workers_lost": 0}
+                       "rounds": 0, "lockstep_timeouts": 0, "requeued_lost": 0, "workers_lost": 0,
+                       "workers_rejoined": 0}
+        #: requests the actor at each worker index generated (attempts, aborted ones included; a
+        #: replacement starts at 0): who serves
+        self.served = [0] * n
         self.players = 0  # lock-step: env loops announced by expect() that have not left yet
         self.round: list[_Pending] = []
         self.round_changed = asyncio.Event()
@@ -133,7 +144,7 @@ class GenerateScheduler:
         self.completed = 0  # requests answered
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
-        self._dispatchers: list[asyncio.Task] = []
+        self._dispatchers: list[asyncio.Task] = []  # one per worker index, then the lock-step rounds
 
     # -- requests -----------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
@@ -294,6 +305,7 @@ class GenerateScheduler:
         else:
             self.stats_["batches"] += 1
             self.stats_["batched_requests"] += len(batch)
+            self.served[worker] += len(batch)
             for p, out in zip(batch, outputs):
                 if self._settle(p, out):
                     requeue.append(p)
@@ -384,11 +396,13 @@ class GenerateScheduler:
         await asyncio.gather(*(self.workers[w].abort.remote(None) for w in self._alive()), return_exceptions=True)
         await self.idle.wait()
 
-    async def update_weights(self, weights: Any, version: int, *, abort: bool = True) -> int:
+    async def update_weights(self, weights: Any, version: int, *, abort: bool = True,
+                             joining: dict[int, Any] | None = None) -> int:
         """Weight sync: pause (and abort), wait for idle workers, load ``weights``, resume.
 
         ``weights`` is a HF-named state dict, or ``[ObjectRef]`` of one (put it once with
-        ``ray.put``; each worker then reads the same object-store copy).
+        ``ray.put``; each worker then reads the same object-store copy). ``joining``: replacements
+        of lost workers (index -> actor); each that loads the weights rejoins (see the module docstring).
         """
         if abort:
             await self.abort()
@@ -396,21 +410,48 @@ class GenerateScheduler:
             self.pause()
             await self.idle.wait()
         payload = weights[0] if isinstance(weights, list) else weights
+        joining = {w: a for w, a in (joining or {}).items() if w in self.lost}
         try:
             alive = self._alive()
-            results = await asyncio.gather(*(self.workers[w].load_weights.remote(payload, version) for w in alive),
+            targets = [self.workers[w] for w in alive] + list(joining.values())
+            results = await asyncio.gather(*(t.load_weights.remote(payload, version) for t in targets),
                                            return_exceptions=True)
             for w, result in zip(alive, results):
                 if isinstance(result, _actor_errors()):
                     self._drop_worker(w, result, [])
                 elif isinstance(result, BaseException):
                     raise result
+            for (w, actor), result in zip(joining.items(), results[len(alive):]):
+                if isinstance(result, BaseException):  # it stays lost; the group tries again
+                    logger.warning("the replacement of actor_infer rank %d did not load the weights (%s)",
+                                   w, _first_line(result))
+                else:
+                    self._rejoin(w, actor)
             if not self._alive():
                 raise self._all_lost()
             self.version = int(version)
         finally:
             self.resume()
         return self.version
+
+    def _rejoin(self, worker: int, actor: Any) -> None:
+        """A replacement takes lost ``worker``'s index; routes are dealt afresh over the live workers.
+
+        Runs inside a weight sync, with every worker idle: a dispatcher is then waiting in
+        :meth:`_collect` and holds no request, so the lost worker's one (if it still waits) is cancelled.
+        """
+        self.workers[worker] = actor
+        del self.lost[worker]
+        self.stats_["workers_rejoined"] += 1
+        self.served[worker] = 0  # what the new actor serves
+        self.routes.clear()
+        self.route_load = [0] * len(self.workers)
+        if self._dispatchers:
+            old = self._dispatchers[worker]
+            if not old.done():
+                old.cancel()
+            self._dispatchers[worker] = asyncio.get_running_loop().create_task(self._dispatch(worker))
+        logger.warning("actor_infer rank %d rejoined; %d worker(s) serve", worker, len(self._alive()))
 
     def lost_workers(self) -> dict[int, str]:
         """Dropped workers (index = actor_infer rank) and why."""
@@ -431,14 +472,16 @@ class GenerateScheduler:
         driver's (a train step) say how much generation overlapped it."""
         running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
         return {"busy_s": self.busy_s + running, "completed": float(self.completed),
-                "workers": float(len(self._alive())), "requeued_lost": float(self.stats_["requeued_lost"])}
+                "workers": float(len(self._alive())), "requeued_lost": float(self.stats_["requeued_lost"]),
+                "rejoined": float(self.stats_["workers_rejoined"])}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)
         return {**self.stats_, "mean_batch_size": self.stats_["batched_requests"] / batches,
                 "queued": sum(len(q) for q in self.queues) + len(self.round), "players": self.players,
                 "paused": not self.resumed.is_set(),
-                "version": self.version, "routes": len(self.routes), "workers": len(self._alive())}
+                "version": self.version, "routes": len(self.routes), "workers": len(self._alive()),
+                "served": list(self.served)}
 
 
 def _actor_errors() -> tuple[type[BaseException], ...]:

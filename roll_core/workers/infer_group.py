@@ -5,6 +5,10 @@ use it): every worker is built from the run's bound ``actor_infer`` strategy wit
 so with a locally built model every worker starts from the same weights and they serve one policy
 from the first request on. Workers are created with ``max_concurrency=2`` so that ``abort`` runs
 while ``generate`` is busy; strategies see aborts between decode steps.
+
+A lost worker is failed over by the scheduler; at each weight sync the group starts a replacement
+where the cluster has room again and the scheduler takes it in once it has loaded the weights
+(:mod:`roll_core.distributed.replacement`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from roll_core.distributed.replacement import Replacements
 from roll_core.workers.infer_worker import InferWorker
 
 if TYPE_CHECKING:
@@ -42,29 +47,72 @@ class InferGroup:
         strategy = run.strategy("actor_infer")
         if getattr(run, "syncs_adapters", False):  # the engine gets adapters of this rank (hookspecs: serves_lora)
             overrides.setdefault("max_lora_rank", run.lora.rank)
-        # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
-        self.workers = [remote.options(**{**o, "max_concurrency": 2}).remote(
-            strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
-            for o in worker_options]
+
+        def start(options: Mapping[str, Any]) -> Any:
+            # one seed for all: it also seeds a locally built model's init, and every worker serves one policy
+            return remote.options(**{**options, "max_concurrency": 2}).remote(
+                strategy, infer, pretrain, seed=config.seed, plugins=dict(run.plugins), **overrides)
+
+        self.workers = [start(o) for o in worker_options]
         ray.get([w.policy_version.remote() for w in self.workers])
+        self.replacements = Replacements("actor_infer", start, placement=placement, config=config,
+                                         options=worker_options)
+        self._joining: dict[int, Any] | None = None  # replacements up at this sync (prepare_replacements)
         self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size,
                                                   partial_rollout=getattr(config, "partial_rollout", True))
 
-    def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
-        """Load new weights everywhere: a state dict (put into the object store once here), or
-        ``[ObjectRef]`` of one already there (a train group's :meth:`export_weights_ref`), which
-        each worker fetches itself, without a copy through the driver."""
+    def prepare_replacements(self) -> int:
+        """Before a weight sync: start replacements for lost workers where there is room; how many
+        are up and join at this sync (a caller that syncs adapters sends the base weights then)."""
         import ray
 
+        lost = ray.get(self.scheduler.lost_workers.remote())
+        self._joining = self.replacements.poll(lost) if lost else {}
+        return len(self._joining)
+
+    def update_weights(self, weights: dict[str, Any] | list[Any], version: int) -> list[int]:
+        """Load new weights everywhere: a state dict (put into the object store once here), or
+        ``[ObjectRef]`` of one already there (a train group's :meth:`export_weights_ref`), which
+        each worker fetches itself, without a copy through the driver. Replacements that are up
+        load them too and rejoin; returns their ranks."""
+        import ray
+
+        if self._joining is None:
+            self.prepare_replacements()
+        joining, self._joining = self._joining or {}, None
         refs = weights if isinstance(weights, list) else [ray.put(weights)]
-        ray.get(self.scheduler.update_weights.remote(refs, version))
+        ray.get(self.scheduler.update_weights.remote(refs, version, joining=joining))
+        still_lost = ray.get(self.scheduler.lost_workers.remote()) if joining else {}
+        joined = []
+        for rank in joining:
+            if rank in still_lost:
+                self.replacements.discard(rank)
+                continue
+            try:  # dropped as gone; should it only have been unreachable, it must not linger
+                ray.kill(self.workers[rank], no_restart=True)
+            except Exception:  # noqa: BLE001  # gone with its node
+                pass
+            self.workers[rank] = self.replacements.taken(rank)
+            where = self.replacements.where(rank)
+            if where is not None and rank < len(self.placed):
+                self.placed[rank] = where
+            joined.append(rank)
+        return joined
+
+    def describe_rank(self, rank: int) -> str:
+        """``rank 1 on node 127.0.0.1 (ab12cd34)`` (the node unknown without a placement)."""
+        where = self.placed[rank] if rank < len(self.placed) else None
+        return f"rank {rank}" + (f" on node {where.node_ip} ({where.node_id[:8]})" if where else "")
 
     def localities(self) -> list[Any]:
-        """The live workers' :class:`~roll_core.workers.weight_handoff.Locality` (plans the weight sync)."""
+        """The :class:`~roll_core.workers.weight_handoff.Locality` of the live workers and of the
+        replacements joining at this sync (plans the weight sync: every engine that loads must find
+        its form in the handoff)."""
         import ray
 
         lost = self.lost_workers()
-        return ray.get([w.locality.remote() for i, w in enumerate(self.workers) if i not in lost])
+        engines = [w for i, w in enumerate(self.workers) if i not in lost] + list((self._joining or {}).values())
+        return ray.get([w.locality.remote() for w in engines])
 
     @property
     def world_size(self) -> int:
@@ -113,6 +161,7 @@ class InferGroup:
     def shutdown(self) -> None:
         import ray
 
+        self.replacements.shutdown()
         for actor in [self.scheduler, *self.workers]:
             try:
                 ray.kill(actor, no_restart=True)

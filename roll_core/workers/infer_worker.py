@@ -54,6 +54,12 @@ class InferWorker:
 
         return current_locality(getattr(self.strategy, "device", None))
 
+    def node(self) -> tuple[str, str]:
+        """``(node_id, node_ip)`` where this worker runs; answering it says the engine is built."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
     def policy_version(self) -> int:
         return int(self.strategy.policy_version)
 

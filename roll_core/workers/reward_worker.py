@@ -34,6 +34,12 @@ class RewardWorker:
     def ready(self) -> bool:
         return True
 
+    def node(self) -> tuple[str, str]:
+        """``(node_id, node_ip)`` where this worker runs (a replacement's sign that it is up)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
     def score(self, prompt: str, response: str, reference: str | None, response_tokens: int,
               row: Mapping[str, Any] | None) -> tuple[float, bool, str]:
         return self.dispatcher.score_checked(self.domain, prompt, response, reference, response_tokens, row)

@@ -66,6 +66,23 @@ def one_step(run, world_size: int):
         placement.remove()
 
 
+def test_probes_answer_from_inside_their_bundles_and_a_live_rank_relocates_in_place(ray_session, tmp_path):
+    import ray
+
+    from roll_core.distributed.layout import build_layout
+    from roll_core.distributed.placement import Placement, probe_bundles
+
+    placement = Placement.create(build_layout(make_run(tmp_path, 2, per_device=4).config, ["actor_train"], on_gpus=False))
+    try:
+        node = ray.get_runtime_context().get_node_id()
+        answers = probe_bundles(placement.pg, list(placement.layout.bundles), timeout_s=120)
+        assert [a[0] for a in answers] == [node, node] and all(a[2] == [] for a in answers)
+        before = placement.ranks["actor_train"][1]
+        assert placement.relocate("actor_train", 1) == before  # its bundle is on a live node: a replacement goes there
+    finally:
+        placement.remove()
+
+
 @pytest.fixture(scope="module")
 def single(ray_session, tmp_path_factory):
     return one_step(make_run(tmp_path_factory.mktemp("one"), 1, per_device=4), 1)

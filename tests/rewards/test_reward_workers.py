@@ -70,6 +70,23 @@ def test_worker_groups_score_concurrently_in_order_and_survive_their_failures():
         assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not the driver
         assert score_all(scoring, "dies", ["die", "a"]) == [(0.0, False, "worker_lost")] * 2
         assert score_all(scoring, "d", ["abc"]) == [(3.0, True, "")]  # the other domains go on
+        # the lost rank is replaced at a sync (here: polled) and scores again once its actor is up
+        assert list(scoring.groups["dies"].lost) == [0]
+        deadline = time.monotonic() + 120
+        while not (joined := scoring.replace_lost()):
+            assert time.monotonic() < deadline, "the replacement reward worker never came up"
+            time.sleep(0.2)
+        assert joined == [("rewards.dies", "rank 0")] and scoring.groups["dies"].lost == {}
+        assert score_all(scoring, "dies", ["a"]) == [(1.0, True, "")]
+        # one rank of two dies: the samples it held cost worker_lost, later ones all go to the survivor
+        import ray
+
+        who = scoring.groups["who"]
+        ray.kill(who.workers[0], no_restart=True)
+        first = score_all(scoring, "who", ["x"] * 4)
+        assert {f for _, _, f in first} <= {"", "worker_lost"} and list(who.lost) == [0]
+        after = score_all(scoring, "who", ["x"] * 4)
+        assert len({r for r, _, _ in after}) == 1 and all(f == "" for _, _, f in after)
     finally:
         scoring.shutdown()
 

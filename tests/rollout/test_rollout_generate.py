@@ -267,3 +267,24 @@ def test_a_worker_dying_in_a_lockstep_round_fails_over_to_the_survivor():
         outputs = await asyncio.gather(*(gen.generate(request(10 + i, f"env{i}")) for i in range(2)))
         assert survivor.batches[-1] == ["r10", "r11"] and len(dying.batches) == 1
     asyncio.run(main())
+
+
+def test_a_replacement_loads_the_sync_weights_rejoins_and_serves_new_and_moved_routes():
+    async def main():
+        dying, survivor, replacement = DyingWorker("a", answers=0), FakeWorker("b"), FakeWorker("c")
+        gen = GenerateScheduler([dying, survivor], max_batch_size=4, max_wait_s=0.05)
+        await asyncio.gather(*(gen.generate(request(i, f"env{i}")) for i in range(4)))
+        assert gen.lost_workers().keys() == {0} and set(gen.routes.values()) == {1}
+        # a joining worker that is not lost (index 1) is ignored; the replacement of 0 loads version 2
+        assert await gen.update_weights({"w": 1}, 2, joining={0: replacement, 1: FakeWorker("x")}) == 2
+        assert replacement.version == 2 and gen.lost_workers() == {} and gen.workers[1] is survivor
+        stats = gen.stats()
+        assert (stats["workers"], stats["workers_rejoined"], stats["routes"]) == (2, 1, 0)
+        # routes are dealt afresh: the four envs split over both workers, each answer of version 2
+        outputs = await asyncio.gather(*(gen.generate(request(10 + i, f"env{i}")) for i in range(4)))
+        assert {o.policy_version for o in outputs} == {2} and gen.route_load == [2, 2]
+        assert sorted(sum(replacement.batches, [])) == ["r10", "r12"] and gen.stats()["served"][0] == 2
+        gen.expect(4)  # lock-step rounds deal chunks to it too (one chunk of 4: the first live worker)
+        await asyncio.gather(*(gen.generate(request(20 + i, f"env{i}")) for i in range(4)))
+        assert replacement.batches[-1] == ["r20", "r21", "r22", "r23"] and gen.stats()["served"] == [6, 6]
+    asyncio.run(main())

@@ -111,21 +111,30 @@ class RewardScoring:
                 return 0.0, False, ERROR
         import ray
 
+        lost = None
         try:
             return tuple(ray.get(pending.ref, timeout=left))
         except ray.exceptions.GetTimeoutError:
             return 0.0, False, TIMEOUT
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayActorError as exc:  # the rank is gone: later samples go to the others
+            lost = exc
             return 0.0, False, WORKER_LOST
         except ray.exceptions.RayError:
             return 0.0, False, ERROR
         finally:
-            self.groups[pending.domain].done(pending.rank)
+            self.groups[pending.domain].done(pending.rank, lost)
 
     def score(self, domain: str, prompt: str, response: str, reference: str | None, response_tokens: int = 0,
               row: Mapping[str, Any] | None = None) -> tuple[float, bool, str]:
         """One sample, waited for."""
         return self.result(self.submit(domain, prompt, response, reference, response_tokens, row))
+
+    def replace_lost(self) -> list[tuple[str, str]]:
+        """Reward workers that rejoined (see :meth:`RewardGroup.replace_lost`): ``(role, "rank r on node ...")``."""
+        from roll_core.workers.reward_group import reward_role
+
+        return [(reward_role(domain), group.describe_rank(rank))
+                for domain, group in self.groups.items() for rank in group.replace_lost()]
 
     def describe(self) -> list[str]:
         """One line per domain: where it is scored."""
