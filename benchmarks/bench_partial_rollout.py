@@ -18,22 +18,7 @@ import time
 
 import measure
 
-
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        return asyncio.ensure_future(asyncio.to_thread(self.fn, *args))
-
-
-class ThreadWorker:
-    """An ``InferWorker`` without Ray: each call in a thread, so abort runs while generate does."""
-
-    def __init__(self, strategy):
-        self.generate = _Method(strategy.generate)
-        self.load_weights = _Method(strategy.load_weights)
-        self.abort = _Method(strategy.abort)
+from roll_core.testing.infer_threads import ThreadWorker
 
 
 def lengths(args, seed: int) -> list[int]:

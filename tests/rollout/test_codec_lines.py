@@ -7,6 +7,7 @@ import asyncio
 import random
 
 import pytest
+from rollout_helpers import RecordingPolicy
 from tokenizers import pre_tokenizers
 
 from roll_core.chat.codec import ChatCodec
@@ -14,7 +15,6 @@ from roll_core.chat.line_split import lines_tokenise_independently, split_lines
 from roll_core.rollout.engine.episode import EpisodeContext, play_episode
 from roll_core.rollout.engine.messages import Ticket
 from roll_core.rollout.engine.spec import EnvSpec, RolloutSpec
-from roll_core.rollout.engine.turn_policies import TurnPolicy, make_turn_policy
 
 
 def whole_ids(tokenizer, text):
@@ -66,21 +66,6 @@ def test_an_added_token_that_eats_the_newline_before_it_turns_line_encoding_off(
     assert not lines_tokenise_independently(tok.backend_tokenizer)
     codec = ChatCodec(tok)
     assert not codec.by_line and codec.encode("x\n<act>") == whole
-
-
-class RecordingPolicy(TurnPolicy):
-    """The random policy, keeping every request's prompt ids."""
-
-    def __init__(self, codec):
-        self.inner = make_turn_policy("random", codec)
-        self.prompts = []
-
-    def start_episode(self, seed):
-        self.inner.start_episode(seed)
-
-    async def generate(self, request, env, observation, version):
-        self.prompts.append(list(request.prompt_ids))
-        return await self.inner.generate(request, env, observation, version)
 
 
 @pytest.mark.parametrize("env_name", ["frozen_lake", "sokoban", "sokoban_xsb", "terminal_easy", "webshop"])

@@ -7,6 +7,7 @@ import functools
 
 import pytest
 import torch
+from rollout_helpers import RecordingPolicy
 
 from roll_core.chat.codec import ChatCodec
 from roll_core.chat.trajectory import IncrementalPrompt, WindowedPrompt, state_hash
@@ -161,21 +162,6 @@ def test_episode_marks_only_model_tokens_and_drops_the_final_observation(codec, 
     final_obs = "at " + str(len(traj.turns))
     assert final_obs not in codec.decode(ids).split("<|im_start|>assistant")[-1]
     assert codec.decode(ids) == codec.render(traj.messages, add_generation_prompt=False)[:len(codec.decode(ids))]
-
-
-class RecordingPolicy(TurnPolicy):
-    """The random policy, keeping every request's prompt."""
-
-    def __init__(self, codec):
-        self.inner = make_turn_policy("random", codec)
-        self.prompts = []
-
-    def start_episode(self, seed):
-        self.inner.start_episode(seed)
-
-    async def generate(self, request, env, observation, version):
-        self.prompts.append(list(request.prompt_ids))
-        return await self.inner.generate(request, env, observation, version)
 
 
 @pytest.mark.parametrize("granularity,window", [("trajectory", None), ("step", 1), ("step", 0)])
