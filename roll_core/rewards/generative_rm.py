@@ -29,10 +29,10 @@ from typing import Any
 
 from roll_core.errors import ConfigError
 from roll_core.rewards.judge import judge_template, render_judge_prompt
+from roll_core.rewards.reward_model import model_settings, torch_dtype
 
 #: the default verdicts: the yes_no template asks for exactly these words
 DEFAULT_VERDICTS = ("YES", "NO")
-_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def chat_prompt_ids(tokenizer: Any, text: str) -> list[int]:
@@ -60,8 +60,7 @@ class GenerativeReward:
                               f"{list(verdicts)!r}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = load_tokenizer(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, torch_dtype=getattr(torch, _DTYPES.get(dtype or "fp32", dtype or "float32")))
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch_dtype(dtype))
         self.model.to(self.device).eval()
         self.template = template
         self.max_length = int(max_length)
@@ -77,19 +76,11 @@ class GenerativeReward:
 
     @classmethod
     def from_reward_config(cls, section: Any, *, seed: int = 0, **_: Any) -> GenerativeReward:
-        from roll_core.models import resolve_pretrain
-
-        model_args = getattr(section, "model_args", None)
-        path = getattr(model_args, "model_name_or_path", None)
-        if not path:
-            raise ConfigError("the generative_reward_model reward needs rewards.<domain>.model_args."
-                              "model_name_or_path (a causal LM; roll-tiny is a tiny local one).")
-        strategy_args = getattr(section, "strategy_args", None)
-        device = dict(getattr(strategy_args, "strategy_config", None) or {}).get("device")
+        path, dtype, device = model_settings(section, "generative_reward_model",
+                                             "a causal LM; roll-tiny is a tiny local one", seed=seed)
         template = judge_template(getattr(section, "judge_prompt", None) or "yes_no")
         verdicts = getattr(section, "verdict_tokens", None) or DEFAULT_VERDICTS
-        return cls(resolve_pretrain(path, seed=seed), template=template, verdicts=list(verdicts),
-                   dtype=getattr(model_args, "dtype", None), device=device)
+        return cls(path, template=template, verdicts=list(verdicts), dtype=dtype, device=device)
 
     def verdict_logprobs(self, prompt: str, response: str, reference: str | None = None) -> list[float]:
         """``[log p(positive), log p(negative)]`` as the start of the model's answer."""

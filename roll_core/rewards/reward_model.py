@@ -15,6 +15,31 @@ from typing import Any
 
 from roll_core.errors import ConfigError
 
+#: ``model_args.dtype`` names -> torch dtype names
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def torch_dtype(dtype: str | None) -> Any:
+    """The torch dtype of ``model_args.dtype`` (``fp32`` when unset; a torch name passes through)."""
+    import torch
+
+    return getattr(torch, _DTYPES.get(dtype or "fp32", dtype or "float32"))
+
+
+def model_settings(section: Any, kind: str, what: str, *, seed: int = 0) -> tuple[str, str | None, str | None]:
+    """``(model directory, dtype, device)`` of a model-backed reward's ``rewards.<domain>`` section:
+    ``model_args.model_name_or_path`` resolved like ``pretrain``, ``model_args.dtype`` and
+    ``strategy_args.strategy_config.device``; ``kind`` and ``what`` name the reward in the error."""
+    from roll_core.models import resolve_pretrain
+
+    model_args = getattr(section, "model_args", None)
+    path = getattr(model_args, "model_name_or_path", None)
+    if not path:
+        raise ConfigError(f"the {kind} reward needs rewards.<domain>.model_args.model_name_or_path ({what}).")
+    strategy_args = getattr(section, "strategy_args", None)
+    device = dict(getattr(strategy_args, "strategy_config", None) or {}).get("device")
+    return resolve_pretrain(path, seed=seed), getattr(model_args, "dtype", None), device
+
 
 class SequenceClassifierReward:
     """``rm(prompt, response, reference) -> float`` (the reference is not used)."""
@@ -27,10 +52,8 @@ class SequenceClassifierReward:
         from roll_core.models import load_tokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        torch_dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype or "fp32",
-                                                                                                  dtype or "float32"))
         self.tokenizer = load_tokenizer(model_dir)
-        self.model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype=torch_dtype)
+        self.model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype=torch_dtype(dtype))
         self.model.to(self.device).eval()
         self.max_length = int(max_length)
         self._lock = threading.Lock()  # a reward worker scores several samples at once
@@ -41,16 +64,9 @@ class SequenceClassifierReward:
 
     @classmethod
     def from_reward_config(cls, section: Any, *, seed: int = 0, **_: Any) -> SequenceClassifierReward:
-        from roll_core.models import resolve_pretrain
-
-        model_args = getattr(section, "model_args", None)
-        path = getattr(model_args, "model_name_or_path", None)
-        if not path:
-            raise ConfigError("the reward_model reward needs rewards.<domain>.model_args.model_name_or_path "
-                              "(a sequence-classification checkpoint; roll-tiny-rm is a tiny local one).")
-        strategy_args = getattr(section, "strategy_args", None)
-        device = dict(getattr(strategy_args, "strategy_config", None) or {}).get("device")
-        return cls(resolve_pretrain(path, seed=seed), dtype=getattr(model_args, "dtype", None), device=device)
+        path, dtype, device = model_settings(section, "reward_model", "a sequence-classification checkpoint; "
+                                             "roll-tiny-rm is a tiny local one", seed=seed)
+        return cls(path, dtype=dtype, device=device)
 
     def __call__(self, prompt: str, response: str, reference: str | None = None, **_: Any) -> float:
         import torch
