@@ -199,9 +199,11 @@ def roll_register_group_filters(register):
     episode, with ``group`` the members' :class:`roll_core.chat.trajectory.Trajectory` objects
     (``episode_reward``, ``metrics``, ``turns``). As in ROLL, a true result drops the group; a
     string drops it and names the reason (counted as ``rollout/filtered_groups/<reason>``; ``True``
-    counts under the filter's registered name). A dropped group never reaches the trainer: the
-    queue admits a fresh group-episode (a new seed) in its place, at most ``max_groups_per_step``
-    groups per step (see :mod:`roll_core.rollout.engine.group_filters`). Validation is never filtered.
+    counts under the filter's registered name; ``refilled`` is taken). A dropped group is replaced:
+    the queue admits a fresh group-episode (a new seed) in its place, at most ``max_groups_per_step``
+    groups per step (see :mod:`roll_core.rollout.engine.group_filters`); it reaches the trainer only
+    when that bound leaves a batch unfilled and ``unfilled_batch: fill`` completes the batch with the
+    latest dropped groups. Validation is never filtered.
 
     Example::
 

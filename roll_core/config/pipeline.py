@@ -110,7 +110,14 @@ class RunSettings(RollModel):
     max_groups_per_step: int | None = Field(
         None, ge=1, description="roll: the most groups (RLVR: prompts) one training step may consume while filters "
         "(query_filter_config, response_filter_config, group_filter_cls) drop groups; unset: 10 x a batch's "
-        "groups. Reached before the batch is full, the run stops naming the filter and its counts."
+        "groups. Reached before the batch is full: see unfilled_batch."
+    )
+    unfilled_batch: Literal["stop", "fill"] = Field(
+        "stop", description="roll: what a step does when max_groups_per_step groups were consumed and fewer than a "
+        "batch passed the filters. stop: the run stops naming the filter and its counts (data that cannot fill a "
+        "batch). fill: the batch is completed with the most recently filtered groups, as an unfiltered run would "
+        "have trained them (same batch shape and loss normalisers), counted as rollout/filtered_groups/refilled "
+        "and warned about; for a policy that solves most of the data, whose groups are mostly all-success."
     )
     user_defined_rollout_loop_cls: str | None = compat(None)
     base_dir: str | None = compat(None)

@@ -160,9 +160,11 @@ class MetricsTracker:
             if key in metrics and _is_scalar(metrics[key]):
                 parts.append(f"{label} {fmt.format(float(metrics[key]))}")
         if _is_scalar(metrics.get("rollout/filtered_groups")):  # dynamic sampling: what the filter cost
+            refilled = float(metrics.get("rollout/filtered_groups/refilled", 0.0))  # unfilled_batch: fill
             parts.append(f"filtered {float(metrics['rollout/filtered_groups']):.0f} groups "
                          f"({float(metrics.get('rollout/groups_per_trained_group', 1.0)):.2f} per trained, "
-                         f"+{float(metrics.get('rollout/filter_extra_time', 0.0)):.1f}s)")
+                         f"+{float(metrics.get('rollout/filter_extra_time', 0.0)):.1f}s"
+                         + (f", {refilled:.0f} refilled)" if refilled else ")"))
         if no_learning_signal(metrics):
             parts.append(ZERO_ADVANTAGE_NOTE)
         total = timings.get("step", sum(timings.values()))

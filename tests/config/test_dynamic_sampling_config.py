@@ -47,6 +47,19 @@ def test_rlvr_filter_fields_are_read_not_warned_about():
     assert DynamicSampling.from_config(off).additional == 0  # spares only with is_use_additional_prompts
 
 
+def test_unfilled_batch_reaches_both_pipelines_and_refuses_other_values(registry):
+    assert DynamicSampling.from_config(validate_config(RLVR)).unfilled == "stop"  # today's behaviour by default
+    assert DynamicSampling.from_config(validate_config({**RLVR, "unfilled_batch": "fill"})).unfilled == "fill"
+    with pytest.raises(ConfigError, match="unfilled_batch"):
+        validate_config({**RLVR, "unfilled_batch": "refill"})
+    from roll_core.rollout import rollout_spec
+
+    run = agentic(registry, unfilled_batch="fill", train_env_manager={
+        "tags": ["FrozenLake"], "num_env_groups": 2, "group_size": 4, "group_filter_cls": "equal_returns"})
+    assert rollout_spec(run, "train", policy="random").unfilled_batch == "fill"
+    assert compat_warnings(run.config) == []
+
+
 @pytest.mark.parametrize("change, message", [
     ({"query_filter_config": {"type": "mean_filter", "filter_args": {"threshold_upp": 1}}},
      "filter_args.threshold_upp is not read by mean_filter .*Did you mean 'threshold_up'"),

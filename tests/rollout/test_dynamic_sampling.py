@@ -133,6 +133,44 @@ def test_a_data_set_that_cannot_fill_a_batch_stops_with_the_filter_and_counts(to
     message = str(err.value)
     assert "0 of 2 prompts passed after 7 were consumed" in message and "max_groups_per_step is 7" in message
     assert "std_filter 7" in message and "rewards.math.query_filter_config std_filter" in message
+    assert "unfilled_batch: fill" in message  # the way on, when the run is stopping because it goes well
+
+
+def test_unfilled_batch_fill_completes_the_batch_with_the_last_filtered_groups(tokenizer, caplog):
+    """At max_groups_per_step the batch is the passing groups plus the most recently filtered ones."""
+    rollout = Scripted(answer_learnable, tokenizer, prompts(tokenizer), group_size=2, batch_size=3,
+                       dynamic=DynamicSampling(query={"math": STD0}, max_groups=5, unfilled="fill"), pad_id=0)
+    with caplog.at_level("WARNING", logger="roll.rollout"):
+        batch = rollout.next_batch(1)
+    consumed = rollout.asked[::2]  # draw order, one entry per prompt (its 2 members are adjacent)
+    assert len(consumed) == 5  # exactly max_groups_per_step prompts were consumed
+    passed = [i for i in consumed if learnable(PromptRow(i, (), "", "", "math"))]
+    dropped = [i for i in consumed if i not in passed]
+    assert len(passed) < 3  # the filter alone cannot fill this batch: stop would have raised
+    samples = batch.items
+    assert [r.index for r in samples.rows[::2]] == passed + dropped[len(dropped) - (3 - len(passed)):]
+    refill = samples.rewards[2 * len(passed):]
+    assert refill == [0.0] * 2 * (3 - len(passed))  # the filtered groups themselves: all wrong, all equal
+    assert batch.data["input_ids"].shape[0] == 6 and len(set(batch.data["group_ids"])) == 3  # the full batch
+    m = batch.metrics
+    assert m["rollout/filtered_groups/std_filter"] == m["rollout/filtered_groups"] == len(dropped)
+    assert m["rollout/filtered_groups/refilled"] == 3 - len(passed)
+    assert len(passed) + m["rollout/filtered_groups"] == 5  # consumed = passed + filtered
+    assert m["rollout/groups_per_trained_group"] == pytest.approx(5 / 3)
+    assert [r.message for r in caplog.records].count(next(
+        r.message for r in caplog.records if "unfilled_batch: fill" in r.message)) == 1  # one warning
+    stop = Scripted(answer_learnable, tokenizer, prompts(tokenizer), group_size=2, batch_size=3,
+                    dynamic=DynamicSampling(query={"math": STD0}, max_groups=5))
+    with pytest.raises(RollError, match=r"passed after 5 were consumed"):
+        stop.scored_batch(1)
+
+
+def test_unfilled_batch_fill_reports_no_refill_when_the_filter_fills_the_batch(tokenizer):
+    rollout = Scripted(answer_learnable, tokenizer, prompts(tokenizer), group_size=2, batch_size=3,
+                       dynamic=DynamicSampling(query={"math": STD0}, unfilled="fill"))
+    samples, metrics = rollout.scored_batch(1)
+    assert all(len(set(g)) == 2 for g in groups_of(samples, 2)) and len(samples) == 6
+    assert metrics["rollout/filtered_groups/refilled"] == 0.0  # said every step, 0 when nothing was refilled
 
 
 def test_response_filter_resamples_then_drops_the_prompt(tokenizer):
@@ -213,11 +251,114 @@ def test_queue_stops_when_the_filter_drops_past_max_groups_per_step():
     asyncio.run(main())
 
 
+def play_until_served(q, batch, num_groups, passes):
+    """Env managers in miniature: each admitted group-episode passes when ``passes(ticket)``, else its
+    filter drops it and the filtered group travels with the release (unfilled_batch: fill)."""
+    async def run():
+        waiting = {g: asyncio.ensure_future(q.acquire(0, "w", g)) for g in range(num_groups)}
+        played = []
+        while not batch.done():
+            await settle()
+            for g, a in list(waiting.items()):
+                if a.done() and a.result() is not None:
+                    t = a.result()
+                    played.append(t)
+                    if passes(t):
+                        q.report(0, "w", Report(groups=[GroupResult(t, "T", group(t, [0.0, 1.0]))]))
+                    else:
+                        kept = GroupResult(t, "T", group(t, [1.0, 1.0]))
+                        q.report(0, "w", Report(releases=[Release(t, "equal_returns", filtered=True, group=kept)]))
+                    waiting[g] = asyncio.ensure_future(q.acquire(0, "w", g))
+        await settle()
+        for a in waiting.values():
+            a.cancel()
+        return played
+    return run()
+
+
+@pytest.mark.parametrize("unfilled", ["stop", "fill"])
+def test_queue_at_max_groups_per_step_stops_or_fills_with_the_latest_filtered_groups(unfilled):
+    def make():
+        q = GroupQueue(mode="train", num_groups=2, group_size=2, seed_fn=lambda g, e: 10 * g + e,
+                       watchdog_interval_s=0, group_filter="equal_returns", max_groups_per_step=4,
+                       unfilled_batch=unfilled)
+        q.attach(0, "w")
+        return q
+
+    def first_passes(t):
+        return (t.group_id, t.episode_id) == (0, 0)
+
+    async def main():
+        q = make()
+        batch = asyncio.ensure_future(q.get_batch(2))
+        played = await play_until_served(q, batch, 2, first_passes)
+        result = batch.result()
+        if unfilled == "stop":
+            assert result["groups"] is None and "1 of 2 groups passed after 4 were consumed" in result["error"]
+            assert "unfilled_batch: fill" in result["error"]
+            q.close()
+            return
+        assert len(played) == 4  # max_groups_per_step: no fifth group-episode was admitted for the batch
+        assert result["filtered"] == {"equal_returns": 3}
+        # passed (0, 0); filtered (1, 0), (0, 1), (1, 1): the latest filtered completes the batch
+        assert [(g.ticket.group_id, g.ticket.episode_id) for g in result["groups"]] == [(0, 0), (1, 1)]
+        assert [t.episode_reward for t in result["groups"][1].trajectories] == [1.0, 1.0]  # the filtered group
+        assert result["refilled"] == 1
+        state = q.state_dict()
+        assert sum(state["next_episode"]) == 4 == 1 + 3  # consumed = passed + filtered
+        # the filter's state in the checkpoint covers the refill: a resumed queue plays what the run plays next
+        following = asyncio.ensure_future(q.get_batch(2))
+        played_next = await play_until_served(q, following, 2, lambda t: True)
+        resumed = make()
+        resumed.load_state_dict(state)
+        again = asyncio.ensure_future(resumed.get_batch(2))
+        assert [(t.group_id, t.episode_id) for t in await play_until_served(resumed, again, 2, lambda t: True)] == \
+            [(t.group_id, t.episode_id) for t in played_next]
+        assert following.result()["refilled"] == 0 and following.result()["filtered"] == {}
+        q.close()
+        resumed.close()
+    asyncio.run(main())
+
+
+def test_async_fill_waits_for_the_groups_in_flight_then_takes_the_latest_filtered_group():
+    async def main():
+        q = GroupQueue(mode="train", num_groups=3, group_size=2, seed_fn=lambda g, e: 10 * g + e,
+                       async_generation_ratio=1, watchdog_interval_s=0, group_filter="equal_returns",
+                       max_groups_per_step=2, unfilled_batch="fill")
+        q.attach(0, "w")
+        batch = asyncio.ensure_future(q.get_batch(1))
+        played = await play_until_served(q, batch, 3, lambda t: False)
+        result = batch.result()
+        # the batch's group and one of lookahead, then the one admitted in place of the first dropped; the
+        # bound (2) was then reached: nothing more was admitted until the in-flight group had finished
+        consumed = [(t.group_id, t.episode_id) for t in played[:3]]
+        assert consumed == [(0, 0), (1, 0), (2, 0)]
+        assert result["filtered"] == {"equal_returns": 3} and result["refilled"] == 1
+        assert [(g.ticket.group_id, g.ticket.episode_id) for g in result["groups"]] == [(2, 0)]
+        assert played[3:] == [] or played[3].serial > 3  # later admissions belong to the next batch
+        q.close()
+    asyncio.run(main())
+
+
+def test_the_progress_line_names_refilled_groups():
+    from roll_core.pipeline.tracking import MetricsTracker
+
+    m = filter_metrics({"equal_returns": 4}, trained_groups=8, extra_s=1.0, refilled=2)
+    assert "filtered 4 groups (1.25 per trained, +1.0s, 2 refilled)" in MetricsTracker(None).progress_line(
+        3, 10, m, {"step": 1.0})
+    quiet = filter_metrics({"equal_returns": 4}, trained_groups=8, extra_s=1.0, refilled=0)
+    assert "(1.50 per trained, +1.0s) |" in MetricsTracker(None).progress_line(3, 10, quiet, {"step": 1.0})
+
+
 def test_filter_metrics_worked_example():
     m = filter_metrics({"equal_returns": 3, "custom": 1}, trained_groups=8, extra_s=2.5)
     assert m == {"rollout/filtered_groups/custom": 1.0, "rollout/filtered_groups/equal_returns": 3.0,
                  "rollout/filtered_groups": 4.0, "rollout/groups_per_trained_group": 1.5,
                  "rollout/filter_extra_time": 2.5}
+    # unfilled_batch: fill: 2 of the 4 filtered groups completed the batch of 8 (6 passed, 10 consumed)
+    m = filter_metrics({"equal_returns": 4}, trained_groups=8, extra_s=0.0, refilled=2)
+    assert m["rollout/filtered_groups/refilled"] == 2.0 and m["rollout/filtered_groups"] == 4.0
+    assert m["rollout/groups_per_trained_group"] == 10 / 8
 
 
 def test_async_admission_refills_the_capacity_a_filtered_group_frees():

@@ -151,6 +151,21 @@ def test_group_filter_replaces_dropped_groups_and_stops_when_nothing_passes(ray_
         with pytest.raises(RolloutError, match=r"0 of 2 groups passed after [56] were consumed, and "
                            r"max_groups_per_step is 6 \(dropped by reason: equal_returns [56]"):
             scheduler.get_batch(4, timeout=120)
+    # unfilled_batch: fill: the same rollout completes the batch with the latest filtered groups and goes on
+    spec = spec_for(["Counting"], groups=2, group_size=2, policy="scripted", group_filter=equal_returns,
+                    max_groups_per_step=6, unfilled_batch="fill")
+    with RolloutScheduler(spec, tokenizer) as scheduler:
+        for step in range(2):
+            batch = scheduler.get_batch(4, timeout=120)
+            groups = check_groups(batch, 2)
+            assert len(groups) == 2 and len(batch) == 4  # the full batch reaches the trainer
+            assert all(len({t.episode_reward for t in members}) == 1 for members in groups.values())  # filtered ones
+            m = batch.metrics
+            assert m["rollout/filtered_groups/equal_returns"] == m["rollout/filtered_groups"] == 6  # all consumed
+            assert m["rollout/filtered_groups/refilled"] == 2 and m["rollout/groups_per_trained_group"] == 3.0
+            # the latest of the 6 consumed: planned round-robin, each group played 3 episodes this step
+            assert {(t.group_id, t.episode_id) for t in batch.trajectories} == {(0, 3 * step + 2), (1, 3 * step + 2)}
+        assert sum(scheduler.state_dict()["next_episode"]) == 12  # two steps of max_groups_per_step, no more
 
 
 def test_killed_env_manager_is_restarted_and_get_batch_completes(ray_session, tokenizer):

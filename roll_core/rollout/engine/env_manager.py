@@ -45,6 +45,7 @@ from roll_core.chat.codec import ChatCodec, load_tokenizer
 from roll_core.chat.trajectory import Trajectory
 from roll_core.errors import ConfigError, InferenceLost
 from roll_core.rollout.build import build
+from roll_core.rollout.dynamic_sampling import UNFILLED_BATCH
 from roll_core.rollout.engine.env_threads import EnvThreads
 from roll_core.rollout.engine.episode import (
     EpisodeCancelled,
@@ -292,11 +293,13 @@ class GroupRunner:
             self.given_up_in_row = 0
             trajectories = [t for m in sorted(slot.results)
                             for t in (slot.results[m] if isinstance(slot.results[m], list) else [slot.results[m]])]
+            group = GroupResult(slot.ticket, self.env_spec.tag, trajectories)
             reason = self.manager.filter_reason(slot.ticket, trajectories)
-            if reason is not None:  # never reaches the trainer; the queue admits a fresh group instead
-                self.manager.send_release(Release(slot.ticket, reason, filtered=True))
+            if reason is not None:  # the queue admits a fresh group instead (and may complete a batch with it)
+                kept = group if self.manager.keeps_filtered else None
+                self.manager.send_release(Release(slot.ticket, reason, filtered=True, group=kept))
                 return
-            self.manager.send_group(GroupResult(slot.ticket, self.env_spec.tag, trajectories))
+            self.manager.send_group(group)
 
     def _abandon(self, slot: Slot, reason: str, *, backoff: bool = True) -> None:
         """Give the episode up: running members stop, finished ones are dropped, the queue is told.
@@ -349,6 +352,8 @@ class EnvManagerCore:
             from roll_core.rollout.engine.group_filters import BoundFilter
 
             self.group_filter = BoundFilter.load(spec.group_filter)
+        #: filtered groups travel to the queue, to complete a batch with at max_groups_per_step
+        self.keeps_filtered = self.group_filter is not None and UNFILLED_BATCH[spec.unfilled_batch].keeps_filtered
         self.outbox = Report()
         self.fatal_sent = False
         self.drop_log: dict[str, int] = defaultdict(int)

@@ -6,8 +6,9 @@ group queue as a filtered release (never as a group), and the queue admits a fre
 (a new seed) in its place: :class:`~roll_core.rollout.engine.admission.DemandAdmission` plans one more
 group, :class:`~roll_core.rollout.engine.admission.LookaheadAdmission` sees capacity freed. So a batch
 keeps its size and the staleness bound holds as for any other group. ``max_groups_per_step``
-bounds what one step may consume (:mod:`roll_core.rollout.dynamic_sampling`); the queue stops the run
-with the counts when it is reached.
+bounds what one step may consume (:mod:`roll_core.rollout.dynamic_sampling`); reached before the batch
+is full, the queue stops the run with the counts, or (``unfilled_batch: fill``) completes the batch
+with the latest filtered groups, which then travel with their releases.
 """
 
 from __future__ import annotations

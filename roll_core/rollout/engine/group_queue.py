@@ -15,6 +15,12 @@ only time. A delivery that arrives after its episode was given back is still acc
 reports a fault no retry heals (``fatal``), or when ``stall_timeout`` seconds pass in which no env
 call or generation of the rollout completed (env managers report their progress every few
 seconds); both name the latest failure the env managers reported.
+
+Dynamic sampling: filtered groups are released, and the queue admits fresh group-episodes in their
+place, at most ``max_groups_per_step`` groups a batch. Reached before the batch is full, the batch
+stops with the counts (``unfilled_batch: stop``) or (``fill``) no further group is admitted, the
+groups in flight finish, and the batch is completed with the most recent filtered groups (newest
+policy version, then latest episode: a sync run picks the same ones every time).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any
 
 from ray.exceptions import ActorDiedError
 
-from roll_core.rollout.dynamic_sampling import exhausted_message, max_groups
+from roll_core.rollout.dynamic_sampling import UNFILLED_BATCH, exhausted_message, max_groups
 from roll_core.rollout.engine.admission import make_admission
 from roll_core.rollout.engine.messages import GroupResult, Report, Ticket
 
@@ -41,10 +47,11 @@ class GroupQueue:
                  async_generation_ratio: float = 0.0, version: int = 0, watchdog_interval_s: float = 5.0,
                  watchdog_timeout_s: float = 60.0, shared: dict[str, Any] | None = None,
                  max_episodes_per_group: int | None = None, group_filter: str | None = None,
-                 max_groups_per_step: int | None = None):
+                 max_groups_per_step: int | None = None, unfilled_batch: str = "stop"):
         """``group_filter``: the name of the filter env managers apply (None: groups are not filtered);
         ``max_groups_per_step``: groups one batch may consume, filtered ones included (None: the default
-        of :func:`roll_core.rollout.dynamic_sampling.max_groups`)."""
+        of :func:`roll_core.rollout.dynamic_sampling.max_groups`); ``unfilled_batch``: what a batch does
+        when they are consumed before it is full (:data:`~roll_core.rollout.dynamic_sampling.UNFILLED_BATCH`)."""
         self.mode = mode
         self.num_groups = num_groups
         self.group_size = group_size
@@ -65,6 +72,10 @@ class GroupQueue:
         self.group_filter = group_filter
         self.max_groups_per_step = max_groups_per_step
         self.filtered: dict[str, int] = defaultdict(int)  # groups the filter dropped since the last batch
+        self.unfilled = UNFILLED_BATCH[unfilled_batch]
+        #: unfilled_batch: fill: the filtered groups themselves (since the last batch), to complete a batch with
+        self.filtered_groups: list[GroupResult] = []
+        self._batch_groups = 0  # groups the latest get_batch asked for: the bound's batch
         self.attaches: dict[int, int] = defaultdict(int)
         self.workers: list[Any] = []
         self._enough_at: float | None = None  # when the batch's count of groups had finished, filtered included
@@ -127,6 +138,8 @@ class GroupQueue:
                 self.admission.forget(ticket.group_id, ticket.episode_id)
             if release.filtered:
                 self.filtered[release.reason] += 1
+                if release.group is not None and self.unfilled.keeps_filtered:
+                    self.filtered_groups.append(release.group)
             if ticket.pass_id == self.pass_id:  # a fresh group-episode takes its place
                 self.admission.released(ticket.group_id, ticket.episode_id)
         for group in report.groups:
@@ -150,6 +163,7 @@ class GroupQueue:
     def _pump(self) -> None:
         if self.paused or self.closed:
             return
+        at_bound = self._at_bound()
         # groups with an episode given back (a lost worker's, or one in flight at a checkpoint) first:
         # the replayed episodes are the oldest work and get the lowest serials
         for group_id in sorted(self.waiters, key=lambda g: not self.admission.returned[g]):
@@ -159,6 +173,8 @@ class GroupQueue:
                 if not future.done():
                     future.set_result(None)
                 continue
+            if at_bound and not self.admission.returned[group_id]:
+                continue  # unfilled_batch: fill and max_groups_per_step consumed: only episodes given back replay
             if not self.admission.allows(group_id, self._busy()):
                 continue
             del self.waiters[group_id]
@@ -196,6 +212,7 @@ class GroupQueue:
         """
         async with self._batch_lock:
             started = time.monotonic()
+            self._batch_groups = num_groups
             if self.admission.per_pass:
                 self._start_pass()
             self.admission.start_request(num_groups)
@@ -204,21 +221,28 @@ class GroupQueue:
                 error = await asyncio.wait_for(self._wait_for(num_groups, started, stall_timeout), timeout)
             except TimeoutError:
                 error = None
-            if error is not None or len(self.ready) < num_groups:
+            self.ready.sort(key=lambda g: g.ticket.serial)
+            groups = self.ready[:num_groups]
+            passed = len(groups)
+            if error is None and len(groups) < num_groups and self._may_fill():
+                groups = self._completed(groups, num_groups)
+                error = None if groups is not None else self._exhausted(num_groups)
+            if error is not None or groups is None or len(groups) < num_groups:
                 self.admission.end_request(num_groups)
                 return {"groups": None, "status": self._status(), "waited_s": time.monotonic() - started,
                         "error": error, "last_failure": self.last_failure}
-            self.ready.sort(key=lambda g: g.ticket.serial)
-            groups, self.ready = self.ready[:num_groups], self.ready[num_groups:]
+            self.ready = self.ready[passed:]
+            drops, self.drops = dict(self.drops), defaultdict(int)
+            filtered, self.filtered = dict(self.filtered), defaultdict(int)  # (before _pump: the bound is per batch)
+            self.filtered_groups = []
             self.admission.end_request(num_groups)
             self._pump()
             if self.admission.per_pass:
                 groups.sort(key=lambda g: (g.ticket.episode_id, g.ticket.group_id))
-            drops, self.drops = dict(self.drops), defaultdict(int)
-            filtered, self.filtered = dict(self.filtered), defaultdict(int)
             extra = time.monotonic() - self._enough_at if filtered and self._enough_at is not None else 0.0
             return {"groups": groups, "drops": drops, "pass_id": self.pass_id, "version": self.version,
-                    "waited_s": time.monotonic() - started, "filtered": filtered, "filter_extra_s": extra}
+                    "waited_s": time.monotonic() - started, "filtered": filtered, "filter_extra_s": extra,
+                    "refilled": len(groups) - passed}
 
     async def _wait_for(self, num_groups: int, started: float, stall_timeout: float | None) -> str | None:
         """None once ``num_groups`` groups are ready; else why the rollout cannot deliver them."""
@@ -226,7 +250,7 @@ class GroupQueue:
         self._enough_at = None
         while True:
             self._drop_stale()
-            if len(self.ready) >= num_groups:
+            if len(self.ready) >= num_groups or self._may_fill():
                 return None
             if self.fatal is not None:
                 return self.fatal
@@ -263,10 +287,32 @@ class GroupQueue:
                     f"episode this step: every group has started its max_traj_per_env ({cap}) episodes, and "
                     f"{len(self.ready)} of {num_groups} groups passed. Raise train_env_manager.max_traj_per_env "
                     "(or set -1) so that dropped groups can be replaced.")
-        if dropped + num_groups <= limit:
+        if dropped + num_groups <= limit or self.unfilled.keeps_filtered:  # fill: see _may_fill
             return None
+        return self._exhausted(num_groups)
+
+    def _exhausted(self, num_groups: int) -> str:
+        dropped = sum(self.filtered.values())
         return exhausted_message("groups", f"train_env_manager.group_filter_cls {self.group_filter!r}",
-                                 len(self.ready), num_groups, len(self.ready) + dropped, limit, dict(self.filtered))
+                                 len(self.ready), num_groups, len(self.ready) + dropped,
+                                 max_groups(self.max_groups_per_step, num_groups), dict(self.filtered))
+
+    def _at_bound(self) -> bool:
+        """``unfilled_batch: fill``: the batch consumed ``max_groups_per_step`` groups; none more is admitted."""
+        if not (self.unfilled.keeps_filtered and self.group_filter is not None and self._batch_groups):
+            return False
+        limit = max_groups(self.max_groups_per_step, self._batch_groups)
+        return sum(self.filtered.values()) + self._batch_groups > limit
+
+    def _may_fill(self) -> bool:
+        """At the bound with nothing in flight or to replay: the batch is completed with filtered groups
+        (waiting for the groups in flight makes which groups a sync run trains the same every time)."""
+        return self._at_bound() and not self.outstanding and not any(self.admission.returned)
+
+    def _completed(self, passed: list[GroupResult], num_groups: int) -> list[GroupResult] | None:
+        """``passed`` plus the most recent filtered groups (newest version, latest episode), or None."""
+        recent = sorted(self.filtered_groups, key=lambda g: (g.min_version, g.ticket.episode_id, g.ticket.group_id))
+        return self.unfilled.complete(passed, recent, num_groups)
 
     def _capped(self) -> bool:
         """Nothing runs or is planned and ``max_traj_per_env`` lets no group start another episode."""
@@ -283,6 +329,7 @@ class GroupQueue:
         recent weights is fresh. Dropped groups stop counting as busy, so fresh work is admitted.
         """
         bound = self.version - self.max_staleness
+        self.filtered_groups = [g for g in self.filtered_groups if g.min_version >= bound]  # never trained stale
         stale = [g for g in self.ready if g.min_version < bound]
         if stale:
             self.ready = [g for g in self.ready if g.min_version >= bound]

@@ -74,6 +74,9 @@ class Release:
     #: the group finished but its group filter dropped it (``reason`` is the filter's): counted as
     #: filtered, not as a failure, and replaced by a fresh group-episode
     filtered: bool = False
+    #: the filtered group itself, sent only when a batch may be completed with filtered groups
+    #: (``unfilled_batch: fill``); None otherwise
+    group: GroupResult | None = None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from roll_core.chat.codec import ChatCodec, load_tokenizer
 from roll_core.distributed.env_python import prepare_all
 from roll_core.distributed.placement import on_driver_node
 from roll_core.errors import ConfigError, RollError
-from roll_core.rollout.dynamic_sampling import filter_metrics
+from roll_core.rollout.dynamic_sampling import UNFILLED_BATCH, filter_metrics, max_groups, refilled_message
 from roll_core.rollout.engine.batch import RolloutBatch, build_batch
 from roll_core.rollout.engine.metrics import rollout_metrics
 from roll_core.rollout.engine.spec import RolloutSpec, episode_seed
@@ -109,7 +109,7 @@ class RolloutScheduler:
             async_generation_ratio=spec.async_generation_ratio, watchdog_interval_s=watchdog_interval_s,
             max_episodes_per_group=spec.max_traj_per_env if spec.max_traj_per_env > 0 else None,
             group_filter=spec.group_filter.name if spec.group_filter is not None else None,
-            max_groups_per_step=spec.max_groups_per_step,
+            max_groups_per_step=spec.max_groups_per_step, unfilled_batch=spec.unfilled_batch,
             shared={"tokenizer": [self._tokenizer_ref], "generate_scheduler": generate_scheduler},
         )
         # spread over the cluster's nodes (restarted elsewhere when a node is lost), on the nodes that
@@ -198,7 +198,14 @@ class RolloutScheduler:
             trajectories = [t for group in groups for t in group.trajectories]
             metrics = rollout_metrics(trajectories, elapsed, result["drops"], version=result.get("version"))
             if self.spec.group_filter is not None:
-                metrics.update(filter_metrics(result["filtered"], len(result["groups"]), result["filter_extra_s"]))
+                fills = UNFILLED_BATCH[self.spec.unfilled_batch].keeps_filtered
+                metrics.update(filter_metrics(result["filtered"], len(groups), result["filter_extra_s"],
+                                              refilled=result["refilled"] if fills else None))
+                if result["refilled"]:
+                    passed = len(groups) - result["refilled"]
+                    logger.warning("the %s rollout: %s", self.spec.mode, refilled_message(
+                        "groups", passed, len(groups), passed + sum(result["filtered"].values()),
+                        max_groups(self.spec.max_groups_per_step, len(groups))))
             return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
                                metrics=metrics)
 

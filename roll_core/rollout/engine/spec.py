@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roll_core.errors import ConfigError
+from roll_core.rollout.dynamic_sampling import UNFILLED_BATCH
 from roll_core.run import AgentBinding, EnvBinding
 from roll_core.strategies.base import SamplingParams
 
@@ -96,6 +97,7 @@ class RolloutSpec:
     #: the group filter's registration (train only; roll_core.rollout.engine.group_filters), None: keep every group
     group_filter: Any = None
     max_groups_per_step: int | None = None  # groups one step may consume while the filter drops some
+    unfilled_batch: str = "stop"  # at max_groups_per_step: stop, or fill with filtered groups (dynamic_sampling.py)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -109,6 +111,8 @@ class RolloutSpec:
                               f"{self.num_env_groups} groups")
         if self.max_consecutive_env_failures < 1:
             raise ConfigError(f"{self.manager_key}.max_consecutive_env_failures must be >= 1")
+        if self.unfilled_batch not in UNFILLED_BATCH:
+            raise ConfigError(f"unfilled_batch must be one of {sorted(UNFILLED_BATCH)}, got {self.unfilled_batch!r}")
         if self.group_size_redundancy < 0:
             raise ConfigError(f"{self.manager_key}.group_size_redundancy must be >= 0")
         if self.members_per_group > self.max_env_num_per_worker:

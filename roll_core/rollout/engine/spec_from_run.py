@@ -101,6 +101,7 @@ def rollout_spec(run: Run, mode: str = "train", *, policy: str | None = None, **
         gateway=gateway_spec(config),
         group_filter=getattr(run, "group_filter", None) if mode == "train" else None,
         max_groups_per_step=config.max_groups_per_step,
+        unfilled_batch=config.unfilled_batch,
     )
     values.update(overrides)
     return RolloutSpec(**values)

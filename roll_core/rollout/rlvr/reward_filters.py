@@ -49,13 +49,16 @@ class DynamicSampling:
     ``max_additional_running_prompts``), as one generation batch. Passing groups fill the batch in
     draw order; spare ones that are not needed go back to the front of the data stream, so which
     groups train never depends on which request finished first. ``max_groups`` bounds the prompts
-    one step consumes (``max_groups_per_step``; default ten batches).
+    one step consumes (``max_groups_per_step``; default ten batches); ``unfilled`` says what happens
+    when it is reached before the batch is full (``unfilled_batch``:
+    :data:`~roll_core.rollout.dynamic_sampling.UNFILLED_BATCH`).
     """
 
     query: Mapping[str, Any] = field(default_factory=dict)  # domain -> RewardFilterConfig
     response: Mapping[str, Any] = field(default_factory=dict)
     additional: int = 0
     max_groups: int | None = None
+    unfilled: str = "stop"
 
     @classmethod
     def from_config(cls, config: Any) -> DynamicSampling:
@@ -64,7 +67,7 @@ class DynamicSampling:
                    response={d: r.response_filter_config for d, r in rewards.items()
                              if r.response_filter_config.active},
                    additional=config.max_additional_running_prompts if config.is_use_additional_prompts else 0,
-                   max_groups=config.max_groups_per_step)
+                   max_groups=config.max_groups_per_step, unfilled=config.unfilled_batch)
 
     @property
     def active(self) -> bool:

@@ -13,7 +13,8 @@ and every sample whose generating version is older than ``s - 1 - k`` is dropped
 
 With a query or response filter (:mod:`roll_core.rollout.rlvr.reward_filters`) a batch is filled in
 rounds: groups that fail are dropped and more prompts are drawn until ``rollout_batch_size``
-groups pass (dynamic sampling).
+groups pass (dynamic sampling). When ``max_groups_per_step`` prompts were consumed first, the step
+stops or, with ``unfilled_batch: fill``, completes the batch with the most recently filtered groups.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from roll_core.algorithms.sample_masks import SampleMaskSettings, sample_masks
 from roll_core.data import PromptRow, PromptSampler
 from roll_core.errors import RollError
 from roll_core.rollout.contract import StepBatch
-from roll_core.rollout.dynamic_sampling import exhausted_message, filter_metrics, max_groups
+from roll_core.rollout.dynamic_sampling import (
+    UNFILLED_BATCH,
+    exhausted_message,
+    filter_metrics,
+    max_groups,
+    refilled_message,
+)
 from roll_core.rollout.engine.metrics import token_version_metrics
 from roll_core.rollout.rlvr.reward_filters import RESPONSE_RETRIES, DynamicSampling
 from roll_core.rollout.rlvr.reward_scoring import InlineScoring
@@ -255,18 +262,27 @@ class RLVRRollout:
         return rows + (self.sampler.sample(size - len(rows)) if size > len(rows) else [])
 
     def _filled_batch(self, index: int) -> Samples:
-        """``batch_size`` groups that pass the filters, drawn in rounds (see :class:`DynamicSampling`)."""
+        """``batch_size`` groups that pass the filters, drawn in rounds (see :class:`DynamicSampling`);
+        at ``max_groups_per_step`` prompts, ``unfilled_batch`` decides (stop, or fill with filtered groups)."""
         dynamic, started = self.dynamic, time.perf_counter()
         limit = max_groups(dynamic.max_groups, self.batch_size)
+        unfilled = UNFILLED_BATCH[dynamic.unfilled]
         kept: list[Samples] = []
+        dropped: list[Samples] = []  # filtered groups in draw order, kept only to complete a batch with
         filtered: dict[str, int] = defaultdict(int)
-        consumed, first_round_s, round_ = 0, 0.0, 0
+        consumed, first_round_s, round_, refilled = 0, 0.0, 0, 0
         while len(kept) < self.batch_size:
             need = self.batch_size - len(kept)
             size = min(need if round_ == 0 else need + dynamic.additional, limit - consumed)
             if size <= 0:
-                raise RollError(f"step {index}: " + exhausted_message(
-                    "prompts", dynamic.describe(), len(kept), self.batch_size, consumed, limit, dict(filtered)))
+                full = unfilled.complete(kept, dropped, self.batch_size)
+                if full is None:
+                    raise RollError(f"step {index}: " + exhausted_message(
+                        "prompts", dynamic.describe(), len(kept), self.batch_size, consumed, limit, dict(filtered)))
+                logger.warning("step %s: %s", index, refilled_message("prompts", len(kept), self.batch_size,
+                                                                      consumed, limit))
+                kept, refilled = full, len(full) - len(kept)
+                break
             rows = self._draw(size)
             key = f"train-b{index}" if round_ == 0 else f"train-b{index}-r{round_}"
             samples, failed = self._resample_responses(self.generate(rows, key), key)
@@ -282,11 +298,14 @@ class RLVRRollout:
                     kept.append(group)
                 else:
                     filtered[reason] += 1
+                    if unfilled.keeps_filtered:
+                        dropped.append(group)
             self._leftover.extendleft(reversed(spares))
             first_round_s = first_round_s or time.perf_counter() - started
             round_ += 1
         merged = Samples.concat(kept)
-        merged.metrics = filter_metrics(dict(filtered), self.batch_size, time.perf_counter() - started - first_round_s)
+        merged.metrics = filter_metrics(dict(filtered), self.batch_size, time.perf_counter() - started - first_round_s,
+                                        refilled=refilled if unfilled.keeps_filtered else None)
         return merged
 
     def _resample_responses(self, samples: Samples, key: str) -> tuple[Samples, set[int]]:
