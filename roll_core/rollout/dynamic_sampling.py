@@ -75,11 +75,15 @@ def refilled_message(what: str, passed: int, wanted: int, consumed: int, limit: 
 
 
 def exhausted_message(what: str, filters: str, passed: int, wanted: int, consumed: int, limit: int,
-                      filtered: dict[str, int]) -> str:
-    """Why a step stops: the filter, the counts, and what to change."""
+                      filtered: dict[str, int], refill_left: int | None = None) -> str:
+    """Why a step stops: the filter, the counts, and what to change. ``refill_left``: with
+    ``unfilled_batch: fill``, the filtered groups that were left to complete the batch with (too few)."""
     counts = ", ".join(f"{reason} {n}" for reason, n in sorted(filtered.items())) or "none"
-    return (f"dynamic sampling could not fill the batch: {passed} of {wanted} {what} passed after {consumed} were "
-            f"consumed, and max_groups_per_step is {limit} (dropped by reason: {counts}; filters: {filters}). "
-            "Too few groups of this data and policy pass the filter: loosen or remove the filter, raise "
-            "max_groups_per_step, or set unfilled_batch: fill to complete such a batch with the most recently "
-            "filtered groups and go on (a policy that solves most of the data gets here too).")
+    head = (f"dynamic sampling could not fill the batch: {passed} of {wanted} {what} passed after {consumed} were "
+            f"consumed, and max_groups_per_step is {limit} (dropped by reason: {counts}; filters: {filters}). ")
+    if refill_left is not None:
+        return head + (f"unfilled_batch is fill, but only {refill_left} filtered {what} were left to complete it "
+                       f"with (stale ones are dropped): raise max_groups_per_step to at least a batch ({wanted}).")
+    return head + ("Too few groups of this data and policy pass the filter: loosen or remove the filter, raise "
+                   "max_groups_per_step, or set unfilled_batch: fill to complete such a batch with the most "
+                   "recently filtered groups and go on (a policy that solves most of the data gets here too).")

@@ -165,6 +165,14 @@ def test_unfilled_batch_fill_completes_the_batch_with_the_last_filtered_groups(t
         stop.scored_batch(1)
 
 
+def test_unfilled_batch_fill_with_a_bound_below_a_batch_says_so(tokenizer):
+    rollout = Scripted(lambda row, rid: "x", tokenizer, prompts(tokenizer), group_size=2, batch_size=3,
+                       dynamic=DynamicSampling(query={"math": STD0}, max_groups=2, unfilled="fill"))
+    with pytest.raises(RollError, match=r"unfilled_batch is fill, but only 2 filtered prompts were left .* "
+                       r"at least a batch \(3\)"):
+        rollout.scored_batch(1)
+
+
 def test_unfilled_batch_fill_reports_no_refill_when_the_filter_fills_the_batch(tokenizer):
     rollout = Scripted(answer_learnable, tokenizer, prompts(tokenizer), group_size=2, batch_size=3,
                        dynamic=DynamicSampling(query={"math": STD0}, unfilled="fill"))

@@ -295,7 +295,8 @@ class GroupQueue:
         dropped = sum(self.filtered.values())
         return exhausted_message("groups", f"train_env_manager.group_filter_cls {self.group_filter!r}",
                                  len(self.ready), num_groups, len(self.ready) + dropped,
-                                 max_groups(self.max_groups_per_step, num_groups), dict(self.filtered))
+                                 max_groups(self.max_groups_per_step, num_groups), dict(self.filtered),
+                                 refill_left=len(self.filtered_groups) if self.unfilled.keeps_filtered else None)
 
     def _at_bound(self) -> bool:
         """``unfilled_batch: fill``: the batch consumed ``max_groups_per_step`` groups; none more is admitted."""

@@ -278,7 +278,8 @@ class RLVRRollout:
                 full = unfilled.complete(kept, dropped, self.batch_size)
                 if full is None:
                     raise RollError(f"step {index}: " + exhausted_message(
-                        "prompts", dynamic.describe(), len(kept), self.batch_size, consumed, limit, dict(filtered)))
+                        "prompts", dynamic.describe(), len(kept), self.batch_size, consumed, limit, dict(filtered),
+                        refill_left=len(dropped) if unfilled.keeps_filtered else None))
                 logger.warning("step %s: %s", index, refilled_message("prompts", len(kept), self.batch_size,
                                                                       consumed, limit))
                 kept, refilled = full, len(full) - len(kept)
