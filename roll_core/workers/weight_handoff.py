@@ -18,6 +18,13 @@ function. The trainer builds one :class:`WeightHandoff` holding the forms its en
 engine takes the first of its own preference that the handoff holds (:meth:`WeightHandoff.open`),
 so a form the trainer could not make (``/dev/shm`` too small, a CUDA IPC error) falls back to the
 object store with its reason logged. The handoff itself is small (names, shapes, offsets, handles).
+
+A run killed with SIGKILL cannot remove its ``/dev/shm`` file (RAM the model's size). So the file's
+name carries its owner, the writing process, as ``roll-weights-<pid>-<start time>-<tag>`` (the start
+time guards against a reused pid), and :func:`remove_stale_weight_files` removes every such file
+whose owner is gone: a writer does so before it creates its file, and the driver's reaper
+(:mod:`roll_core.distributed.reaper`) after a killed run. A live owner's file is never touched
+(another run on the machine may be syncing through it).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +45,9 @@ FALLBACKS = {CUDA_IPC: (CUDA_IPC, SHARED_MEMORY, OBJECT_STORE), SHARED_MEMORY: (
              OBJECT_STORE: (OBJECT_STORE,)}
 #: where shared-memory weights are written (tmpfs on Linux)
 SHM_DIR = "/dev/shm"
+#: a handoff file's name: its owner's pid and start time (centiseconds since the epoch), then a tag
+SHM_NAME = "roll-weights-{pid}-{start}-{tag}"
+_SHM_NAME = re.compile(r"^roll-weights-(?P<pid>\d+)-(?P<start>\d+)-.+$")
 #: every tensor starts at a multiple of this many bytes in a flat buffer (any dtype can view it)
 ALIGN = 64
 
@@ -83,6 +94,57 @@ def current_locality(device: Any = None) -> Locality:
 
     index = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
     return Locality(node, f"cuda:{torch.cuda.get_device_properties(index).uuid}")
+
+
+def process_start(pid: int) -> int | None:
+    """``pid``'s start time in centiseconds since the epoch; None when no such process runs (a zombie
+    is dead); -1 when it cannot be read (another user's process: taken as alive)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time() * 100)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        return -1
+
+
+def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
+    """Remove the handoff files (``roll-weights-<pid>-<start>-<tag>``) whose owning process is gone,
+    logged in one line; returns their paths. A file whose owner lives (same pid, same start time) or
+    whose name names no owner stays."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    removed, freed = [], 0
+    for name in names:
+        match = _SHM_NAME.match(name)
+        if match is None:
+            continue
+        start = process_start(int(match["pid"]))
+        if start is not None and (start == -1 or abs(start - int(match["start"])) <= 1):
+            continue  # its owner lives
+        path = os.path.join(directory, name)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+        freed += size
+    if removed:
+        logger.warning("weight sync: removed %d weight file(s) left by dead runs (%.2f GB): %s", len(removed),
+                       freed / 1e9, ", ".join(removed))
+    return removed
+
+
+def owned_file_name(tag: str) -> str:
+    """The handoff file name of this process (see :func:`remove_stale_weight_files`)."""
+    return SHM_NAME.format(pid=os.getpid(), start=process_start(os.getpid()), tag=tag)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +285,8 @@ class HandoffWriter:
         layout = Layout.of(weights)
         if self._shm is None or self._shm.numel() != layout.nbytes:
             self.close_shm()
-            path = os.path.join(SHM_DIR, f"roll-weights-{self.tag}")
+            remove_stale_weight_files()  # room for this one: what killed runs left behind goes first
+            path = os.path.join(SHM_DIR, owned_file_name(self.tag))
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 os.posix_fallocate(fd, 0, layout.nbytes)  # ENOSPC here, not SIGBUS on a later write

@@ -5,6 +5,8 @@ training steps (the second sync overwrites the same /dev/shm file in place)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,14 @@ from roll_core.workers.weight_handoff import (
     CUDA_IPC,
     OBJECT_STORE,
     SHARED_MEMORY,
+    SHM_DIR,
     Layout,
     Locality,
     WeightHandoff,
+    owned_file_name,
     plan_weight_sync,
+    process_start,
+    remove_stale_weight_files,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +73,66 @@ def test_an_engine_falls_back_to_what_the_handoff_holds(tmp_path):
     assert transport == SHARED_MEMORY and torch.equal(state["w"], weights["w"])
     with pytest.raises(RuntimeError, match=r"holds \['shared_memory'\], none usable"):
         shm.open(Locality("node-b", "cpu"), {})  # another node cannot map this node's file
+
+
+def dead_pid() -> int:
+    """The pid of a process that ran and was reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_owners_weight_file_is_removed_and_a_live_ones_kept(tmp_path, caplog):
+    me = process_start(os.getpid())
+    files = {
+        "dead": f"roll-weights-{dead_pid()}-{me}-aaaa",
+        # our pid, but another start time: the pid of a dead run, reused by this process
+        "reused": f"roll-weights-{os.getpid()}-{me - 500}-bbbb",
+        "live": owned_file_name("cccc"),
+        "parent": f"roll-weights-{os.getppid()}-{process_start(os.getppid())}-dddd",
+        "unowned": "roll-weights-0123456789ab",  # no owner in the name: never removed
+        "other": "something-else",
+    }
+    for name in files.values():
+        (tmp_path / name).write_bytes(b"\0" * 1000)
+    with caplog.at_level("WARNING", logger="roll_core.workers.weight_handoff"):
+        removed = remove_stale_weight_files(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / files[k]) for k in ("dead", "reused"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files[k] for k in ("live", "parent", "unowned", "other"))
+    assert [r.getMessage().split(" GB)")[0] for r in caplog.records] == [
+        "weight sync: removed 2 weight file(s) left by dead runs (0.00"]
+    assert remove_stale_weight_files(str(tmp_path)) == []
+    assert remove_stale_weight_files(str(tmp_path / "missing")) == []
+
+
+#: a trainer that writes its handoff file, says where, and waits to be killed
+_TRAINER = """
+import time, torch
+from roll_core.workers.weight_handoff import HandoffWriter
+writer = HandoffWriter()
+writer._write_shm({"w": torch.ones(1000)})
+print(writer.shm_path, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm")
+def test_the_reaper_removes_the_file_of_a_trainer_killed_with_sigkill():
+    trainer = subprocess.Popen([sys.executable, "-c", _TRAINER], stdout=subprocess.PIPE, text=True)
+    reaper = subprocess.Popen([sys.executable, "-m", "roll_core.distributed.reaper", str(trainer.pid)],
+                              stdin=subprocess.PIPE)
+    try:
+        path = trainer.stdout.readline().strip()
+        assert os.path.basename(path).startswith(f"roll-weights-{trainer.pid}-") and os.path.exists(path)
+        trainer.kill()  # SIGKILL: no cleanup of its own
+        trainer.wait()
+        assert os.path.exists(path)
+        reaper.stdin.close()  # what the driver's death does
+        assert reaper.wait(timeout=60) == 0
+        assert not os.path.exists(path)
+    finally:
+        trainer.kill()
+        reaper.kill()
 
 
 def make_run(tmp):
