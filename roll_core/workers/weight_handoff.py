@@ -5,9 +5,11 @@ the store and out again on every engine: for a 0.5B model on a GPU that was 2.6-
 (docs/gpu.md). Where the two sides share more than the network, less is needed:
 
 =================  ==================================================================================
-``cuda_ipc``       same node, same GPU: the trainer copies its weights into one flat GPU buffer (kept,
-                   overwritten in place every sync) and sends CUDA IPC handles to it; the engine
-                   maps the buffer and copies on the device. Nothing leaves the GPU.
+``cuda_ipc``       same node, same GPU: the trainer copies its weights into one flat GPU buffer and
+                   sends CUDA IPC handles to it; the engine maps the buffer and copies on the
+                   device. Nothing leaves the GPU. The buffer (the model's size) is freed once the
+                   engines have loaded (:meth:`HandoffWriter.release_device`, at the end of the
+                   sync) and made again at the next sync: a colocated engine needs that memory.
 ``shared_memory``  same node: the trainer writes its CPU weights into one file in ``/dev/shm`` (kept,
                    overwritten in place every sync); the engine maps it and copies into its model.
 ``object_store``   anywhere else (another node): ``ray.put`` of the state dict, as before.
@@ -239,7 +241,8 @@ OPENERS = {OBJECT_STORE: _open_object_store, SHARED_MEMORY: _open_shared_memory,
 
 
 class HandoffWriter:
-    """The trainer's side: builds a :class:`WeightHandoff` per sync, reusing its buffers in place."""
+    """The trainer's side: builds a :class:`WeightHandoff` per sync, overwriting its ``/dev/shm`` file
+    in place; its GPU buffer lives from :meth:`build` to :meth:`release_device` (the end of the sync)."""
 
     def __init__(self, tag: str | None = None):
         self.tag = tag or uuid.uuid4().hex[:12]
@@ -300,6 +303,26 @@ class HandoffWriter:
         layout.write(self._shm, weights)
         return layout
 
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of the flat device buffer held now (0: none)."""
+        return 0 if self._gpu is None else int(self._gpu.numel())
+
+    def release_device(self) -> int:
+        """Free the flat device buffer once every engine has loaded from it; returns the bytes freed.
+
+        Not at the trainer's offload: a colocated run offloads the trainer *before* the engines load
+        (they reload into the freed memory, then copy from this buffer). Torch keeps a block an engine
+        still maps until that engine lets go of it, so freeing early cannot corrupt a load."""
+        nbytes, on_cuda = self.device_bytes, self._gpu is not None and self._gpu.device.type == "cuda"
+        self._gpu = None
+        if on_cuda:
+            import torch
+
+            torch.cuda.ipc_collect()  # blocks the engines have released are freed now, not at a later allocation
+            torch.cuda.empty_cache()  # and handed back to the driver: the engine is another process
+        return nbytes
+
     def _write_gpu(self, weights: Mapping[str, Any]) -> tuple[Layout, Any, Any]:
         import torch
         from torch.multiprocessing.reductions import reduce_tensor
@@ -310,7 +333,8 @@ class HandoffWriter:
             self._gpu = None
             self._gpu = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
         layout.write(self._gpu, weights)
-        torch.cuda.current_stream(device).synchronize()  # the engine reads it from another process
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # the engine reads it from another process
         return (layout, *reduce_tensor(self._gpu))
 
     def close_shm(self) -> None:
@@ -324,4 +348,4 @@ class HandoffWriter:
     def close(self) -> None:
         """Remove the shared-memory file and free the GPU buffer (the worker is going away)."""
         self.close_shm()
-        self._gpu = None
+        self.release_device()

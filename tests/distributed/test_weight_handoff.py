@@ -5,6 +5,7 @@ training steps (the second sync overwrites the same /dev/shm file in place)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from roll_core.workers.weight_handoff import (
     OBJECT_STORE,
     SHARED_MEMORY,
     SHM_DIR,
+    HandoffWriter,
     Layout,
     Locality,
     WeightHandoff,
@@ -73,6 +75,53 @@ def test_an_engine_falls_back_to_what_the_handoff_holds(tmp_path):
     assert transport == SHARED_MEMORY and torch.equal(state["w"], weights["w"])
     with pytest.raises(RuntimeError, match=r"holds \['shared_memory'\], none usable"):
         shm.open(Locality("node-b", "cpu"), {})  # another node cannot map this node's file
+
+
+def no_host_weights():
+    raise AssertionError("a CUDA IPC handoff needs no host copy")
+
+
+def test_the_device_buffer_is_freed_after_a_sync_and_made_again_at_the_next():
+    """The CUDA IPC path's bookkeeping, with CPU tensors standing in for the GPU's (the same writer,
+    layout and torch IPC reduction; the next test does it on a GPU)."""
+    import torch
+
+    gpu = Locality("node-a", "cuda:GPU-stand-in")
+    writer = HandoffWriter()
+    for step in (1, 2):
+        weights = {"a": torch.randn(3, 5) * step, "b": torch.arange(7) + step, "c": torch.randn(4).half()}
+        handoff = writer.build(gpu, [gpu], no_host_weights, lambda weights=weights: weights)
+        layout = handoff.ipc[0]
+        assert handoff.forms() == {CUDA_IPC} and not handoff.missing and writer.shm_path is None
+        assert writer.device_bytes == layout.nbytes == 3 * 64  # made again after the release
+        transport, state = handoff.open(gpu, {})
+        assert transport == CUDA_IPC and all(torch.equal(state[k], v) for k, v in weights.items())
+        del state  # the engine copied what it needs
+        assert writer.release_device() == layout.nbytes and writer.device_bytes == 0
+        assert writer.release_device() == 0
+    writer.close()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_cuda_ipc_buffer_goes_back_to_the_gpu_after_a_sync():
+    import torch
+
+    device = torch.device("cuda", 0)
+    gpu = Locality("node-a", f"cuda:{torch.cuda.get_device_properties(0).uuid}")
+    weights = {"w": torch.randn(64, 1024, 1024, device=device)}  # 256 MiB
+    writer = HandoffWriter()
+    torch.cuda.synchronize()
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    for _ in range(2):  # the second sync makes the buffer again
+        handoff = writer.build(gpu, [gpu], no_host_weights, lambda: weights)
+        assert handoff.forms() == {CUDA_IPC} and torch.cuda.memory_allocated(device) >= allocated + (256 << 20)
+        transport, state = handoff.open(gpu, {})  # an engine loads (here: in this process) and lets go
+        assert transport == CUDA_IPC and torch.equal(state["w"], weights["w"])
+        del state
+        assert writer.release_device() == handoff.ipc[0].nbytes == 256 << 20
+        assert torch.cuda.memory_allocated(device) <= allocated  # freed, not kept for the next sync
+        assert torch.cuda.memory_reserved(device) <= reserved  # and given back to the driver
+    writer.close()
 
 
 def dead_pid() -> int:
@@ -188,6 +237,8 @@ def test_shared_memory_sync_equals_object_store_sync_over_two_steps(ray_session,
             assert ray.get(shm_engine.load_weights.remote(handoff_ref[0], step)) == SHARED_MEMORY
             assert ray.get(store_engine.load_weights.remote(group.export_weights_ref()[0], step)) is None
             inodes.append(os.stat(handoff.shm_path).st_ino)
+            assert re.match(r"roll-weights-\d+-\d+-[0-9a-f]+$", os.path.basename(handoff.shm_path))  # its owner
+            assert group.release_handoff_device() == 0  # no GPU buffer on CPU; the file stays for the next sync
             via_shm, via_store = ray.get([shm_engine.weights.remote(), store_engine.weights.remote()])
             assert via_shm.keys() == via_store.keys()
             assert all(torch.equal(via_shm[k], via_store[k]) for k in via_store)
