@@ -23,8 +23,9 @@ object store with its reason logged. The handoff itself is small (names, shapes,
 
 A run killed with SIGKILL cannot remove its ``/dev/shm`` file (RAM the model's size). So the file's
 name carries its owner, the writing process, as ``roll-weights-<pid>-<start time>-<tag>`` (the start
-time guards against a reused pid), and :func:`remove_stale_weight_files` removes every such file
-whose owner is gone: a writer does so before it creates its file, and the driver's reaper
+time guards against a reused pid), the owner holds a lock on it while it lives (``flock``, released
+by the kernel when it dies), and :func:`remove_stale_weight_files` removes every such file whose
+owner is gone: a writer does so before it creates its file, and the driver's reaper
 (:mod:`roll_core.distributed.reaper`) after a killed run. A live owner's file is never touched
 (another run on the machine may be syncing through it).
 """
@@ -32,6 +33,7 @@ whose owner is gone: a writer does so before it creates its file, and the driver
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
 import os
 import re
@@ -116,8 +118,9 @@ def process_start(pid: int) -> int | None:
 
 def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
     """Remove the handoff files (``roll-weights-<pid>-<start>-<tag>``) whose owning process is gone,
-    logged in one line; returns their paths. A file whose owner lives (same pid, same start time) or
-    whose name names no owner stays."""
+    logged in one line; returns their paths. A file stays when its owner lives (same pid, same start
+    time), when a process holds the lock its writer takes on it (a writer this process cannot see),
+    or when its name names no owner."""
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -131,6 +134,8 @@ def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
         if start is not None and (start == -1 or abs(start - int(match["start"])) <= 1):
             continue  # its owner lives
         path = os.path.join(directory, name)
+        if _locked(path):
+            continue  # its owner lives where this process cannot see it (another pid namespace)
         try:
             size = os.stat(path).st_size
             os.unlink(path)
@@ -142,6 +147,21 @@ def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
         logger.warning("weight sync: removed %d weight file(s) left by dead runs (%.2f GB): %s", len(removed),
                        freed / 1e9, ", ".join(removed))
     return removed
+
+
+def _locked(path: str) -> bool:
+    """Whether a process holds the lock its writer takes on the file (an unreadable file counts as locked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def owned_file_name(tag: str) -> str:
@@ -248,6 +268,7 @@ class HandoffWriter:
         self.tag = tag or uuid.uuid4().hex[:12]
         self.shm_path: str | None = None
         self._shm: Any = None
+        self._lock: int | None = None  # the open, locked file (see remove_stale_weight_files)
         self._gpu: Any = None
         self._layout: Layout | None = None
 
@@ -290,15 +311,15 @@ class HandoffWriter:
             self.close_shm()
             remove_stale_weight_files()  # room for this one: what killed runs left behind goes first
             path = os.path.join(SHM_DIR, owned_file_name(self.tag))
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives: the file is in use
                 os.posix_fallocate(fd, 0, layout.nbytes)  # ENOSPC here, not SIGBUS on a later write
             except OSError:
                 os.close(fd)
                 os.unlink(path)
                 raise
-            os.close(fd)
-            self.shm_path = path
+            self.shm_path, self._lock = path, fd
             self._shm = torch.from_file(path, shared=True, size=layout.nbytes, dtype=torch.uint8)
         layout.write(self._shm, weights)
         return layout
@@ -343,7 +364,9 @@ class HandoffWriter:
                 os.unlink(self.shm_path)
             except FileNotFoundError:
                 pass
-        self._shm, self.shm_path = None, None
+        if self._lock is not None:
+            os.close(self._lock)
+        self._shm, self.shm_path, self._lock = None, None, None
 
     def close(self) -> None:
         """Remove the shared-memory file and free the GPU buffer (the worker is going away)."""

@@ -4,6 +4,7 @@ training steps (the second sync overwrites the same /dev/shm file in place)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -152,6 +153,14 @@ def test_a_dead_owners_weight_file_is_removed_and_a_live_ones_kept(tmp_path, cap
         "weight sync: removed 2 weight file(s) left by dead runs (0.00"]
     assert remove_stale_weight_files(str(tmp_path)) == []
     assert remove_stale_weight_files(str(tmp_path / "missing")) == []
+    # a dead pid, but the file locked as a writer locks it: a writer in another pid namespace lives
+    locked = tmp_path / f"roll-weights-{dead_pid()}-{me}-eeee"
+    locked.write_bytes(b"\0")
+    fd = os.open(locked, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    assert remove_stale_weight_files(str(tmp_path)) == [] and locked.exists()
+    os.close(fd)  # what its owner's death does
+    assert remove_stale_weight_files(str(tmp_path)) == [str(locked)]
 
 
 #: a trainer that writes its handoff file, says where, and waits to be killed
@@ -173,6 +182,7 @@ def test_the_reaper_removes_the_file_of_a_trainer_killed_with_sigkill():
     try:
         path = trainer.stdout.readline().strip()
         assert os.path.basename(path).startswith(f"roll-weights-{trainer.pid}-") and os.path.exists(path)
+        assert path not in remove_stale_weight_files() and os.path.exists(path)  # a live owner's file stays
         trainer.kill()  # SIGKILL: no cleanup of its own
         trainer.wait()
         assert os.path.exists(path)
