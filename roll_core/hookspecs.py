@@ -140,7 +140,9 @@ def roll_register_rewards(register):
     """Register RLVR reward functions, chosen per data ``domain`` in the config.
 
     ``target`` names a callable ``reward(prompt, response, reference, **kwargs) -> float``
-    (see :mod:`roll_core.rewards`); a score > 0 counts as correct. No options;
+    (see :mod:`roll_core.rewards`), or a class built once per process with
+    ``from_reward_config(section, *, seed, **services)`` whose instances are that callable
+    (:mod:`roll_core.rewards.dispatch`); a score > 0 counts as correct. No options;
     :func:`roll_core.testing.check_reward` checks a reward against the contract.
     """
 

@@ -7,6 +7,9 @@ report the raylet's death to the dead GCS) and stay forever. This process, start
 descendant processes while PID lives, and when PID is gone (its end of our stdin pipe closes, on
 any exit) it terminates those still running, then kills them. After a clean shutdown there is
 nothing left to kill. A process is matched by PID *and* start time, so a reused PID is never hit.
+Then it removes the weight-sync files in ``/dev/shm`` whose owners are gone
+(:func:`roll_core.workers.weight_handoff.remove_stale_weight_files`): the trainer killed with the run
+could not.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ def main(argv: list[str]) -> int:
             process.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(alive, timeout=GRACE_S)
+    from roll_core.workers.weight_handoff import remove_stale_weight_files
+
+    remove_stale_weight_files()
     return 0
 
 

@@ -516,14 +516,16 @@ class TrainingLoop:
             adapter = self.resolved.syncs_adapters
             base_stale = bool(self.warmup_dir) and (not self._base_synced or joining > 0)
             # engines on the trainer's node (or GPU) get the weights through shared memory (or CUDA IPC)
+            targets = None if adapter else self.generation.localities()
             refs = self.workers["actor_train"].export_weights_ref(
-                adapter=adapter, with_base=adapter and base_stale,
-                targets=None if adapter else self.generation.localities())
+                adapter=adapter, with_base=adapter and base_stale, targets=targets)
             self._base_synced = True
             if self.colocated:  # training hands the GPUs back to the inference engine
                 self.workers["actor_train"].offload()
                 self.generation.reload()
             joined = self.generation.update_weights(refs, version)
+            if targets and any(t.on_cuda for t in targets):  # loaded: the CUDA IPC buffer's GPU memory goes back
+                self.workers["actor_train"].release_handoff_device()
             for rollout in self.rollouts():
                 rollout.set_version(version)
         self.rejoined([("actor_infer", self.generation.describe_rank(rank)) for rank in joined]

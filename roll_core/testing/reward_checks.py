@@ -5,7 +5,10 @@ for ``roll_register_rewards`` plugins. Every check runs, then one :class:`Reward
 lists every problem. What roll relies on when it scores every response of every step:
 
 * the registration loads a callable, and the plugin's entry module imports none of the heavy
-  libraries (``torch``, ``ray``, ``vllm`` ...);
+  libraries (``torch``, ``ray``, ``vllm`` ...). A registration naming a *class* (the built-in
+  ``code_sandbox``, ``llm_judge``, ``reward_model``) is built as the pipeline builds it,
+  ``cls.from_reward_config(section, seed=..., **services)`` with ``section`` the domain's
+  ``rewards.<domain>`` settings (``config``), and the instance is checked;
 * the signature takes ``(prompt, response, reference)`` positionally and the ``pattern`` keyword
   (a domain's ``format_pattern``), as :class:`roll_core.rewards.dispatch.RewardDispatcher` calls it;
 * every score is a finite real number (not a string, None, NaN or inf), within ``bounds`` when given;
@@ -31,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from roll_core.errors import did_you_mean
 from roll_core.registry import Registry
 from roll_core.testing.env_checks import CheckReport, SkipCheck, check_import_light
 
@@ -76,7 +80,8 @@ _Skip = SkipCheck  # a check that cannot run here becomes a note
 def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
                  expected: Sequence[tuple[str, str, str | None, float]] = (),
                  malformed: Sequence[Sample] = MALFORMED, options: Mapping[str, Any] | None = None,
-                 bounds: tuple[float, float] | None = None, registry: Registry | None = None,
+                 bounds: tuple[float, float] | None = None, config: Any = None, seed: int = 0,
+                 services: Mapping[str, Any] | None = None, registry: Registry | None = None,
                  raise_on_failure: bool = True) -> RewardCheckReport:
     """Check the registered reward ``name`` (see the module docstring).
 
@@ -84,7 +89,11 @@ def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
     arithmetic answers in roll's ``<answer>`` format); ``expected``: ``(prompt, response, reference,
     score)`` rows that must score exactly so; ``malformed``: responses that must neither raise nor
     score > 0; ``options``: the keywords a config passes (``{"pattern": ...}`` for a
-    ``format_pattern``); ``bounds``: ``(low, high)`` every score must lie in. Raises
+    ``format_pattern``); ``bounds``: ``(low, high)`` every score must lie in; ``config``: the
+    domain's ``rewards.<domain>`` settings (a mapping of its YAML keys, or a
+    :class:`~roll_core.config.rlvr.RewardConfig`) a reward class is built from, with ``seed`` and
+    ``services`` (what a reward worker hands it, e.g. a judge model's ``generate``); its
+    ``format_pattern`` becomes the ``pattern`` option, as in a run. Raises
     :class:`RewardCheckError` listing every failure (or returns the report with ``raise_on_failure=False``).
     """
     if registry is None:
@@ -97,15 +106,24 @@ def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
     reg = registry.get("reward", name)
     report = RewardCheckReport(name)
     samples = list(samples or DEFAULT_SAMPLES) + [(p, r, ref) for p, r, ref, _ in expected]
-    options = dict(options or {})
+    section = _reward_section(config)
+    options = {**({"pattern": section.format_pattern} if section.format_pattern else {}), **(options or {})}
+    services = dict(services or {})
     state: dict[str, Any] = {}
 
     def fn() -> Callable[..., Any]:
         if "fn" not in state:
-            target = reg.load()
-            assert callable(target), f"{reg.target} is a {type(target).__name__}, not a callable"
-            state["fn"] = target
+            if "unbuilt" in state:  # reported once, by the first check
+                raise _Skip("the registration gave no reward to call")
+            state["unbuilt"] = True
+            state["fn"] = _build(reg.target, reg.load(), section, seed, services)
         return state["fn"]
+
+    def in_another_process() -> None:
+        if isinstance(reg.load(), type) and services:
+            raise _Skip(f"the services given ({', '.join(services)}) do not cross processes")
+        _check_subprocess(reg.target, first(), samples, options,
+                          {"config": section.model_dump(mode="json", exclude_unset=True), "seed": seed})
 
     def scores(rows: Sequence[Sample]) -> list[float]:
         return [_score(fn(), row, options, bounds) for row in rows]
@@ -130,13 +148,59 @@ def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
         ("malformed responses", lambda: _check_malformed(fn(), malformed, options, bounds)),
         ("deterministic", lambda: _same(first(), scores(samples), samples, "a second call")),
         ("deterministic off the main thread", lambda: _check_threads(fn(), first(), samples, options, bounds)),
-        ("deterministic in another process", lambda: _check_subprocess(reg.target, first(), samples, options)),
+        ("deterministic in another process", in_another_process),
         ("independent of row order", lambda: _check_order(scores, first(), samples)),
     ]
     report.run(checks)
     if report.failures and raise_on_failure:
         raise RewardCheckError(str(report))
     return report
+
+
+def _reward_section(config: Any) -> Any:
+    """``config`` as the :class:`~roll_core.config.rlvr.RewardConfig` a run hands a reward class."""
+    from pydantic import ValidationError
+
+    from roll_core.config.rlvr import RewardConfig
+
+    if isinstance(config, RewardConfig):
+        return config
+    try:
+        return RewardConfig.model_validate(dict(config or {}))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"])
+            hint = did_you_mean(key, RewardConfig.model_fields) if error["type"] == "extra_forbidden" else ""
+            problems.append(f"{key}: {error['msg']}.{hint}")
+        detail = " ".join(problems)
+    except (TypeError, ValueError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+    raise ValueError(f"check_reward(config=...) is not a valid rewards.<domain> section (the keys of one domain "
+                     f"under `rewards:` in a config): {detail}")
+
+
+def _build(target: str, obj: Any, section: Any, seed: int, services: Mapping[str, Any]) -> Callable[..., Any]:
+    """What a run scores with: a function as registered, a reward class built from ``section`` as
+    :func:`roll_core.rewards.dispatch.build_reward` builds it."""
+    if not isinstance(obj, type):
+        assert callable(obj), f"{target} is a {type(obj).__name__}, not a callable"
+        return obj
+    if not hasattr(obj, "from_reward_config"):
+        raise AssertionError(f"{target} is a class without a from_reward_config(section, *, seed) classmethod: roll "
+                             "builds a reward class with it once per process, then calls the instance as "
+                             "reward(prompt, response, reference, ...); add it, or register a function")
+    from roll_core.rewards.dispatch import build_reward
+
+    try:
+        built = build_reward(obj, section, seed, **services)
+    except Exception as exc:
+        raise AssertionError(
+            f"{target}.from_reward_config(section, seed={seed}) raised {type(exc).__name__}: {exc}; give the "
+            "domain's settings as check_reward(..., config={...}) (its keys under rewards.<domain>), and what a "
+            "reward worker would hand it (a judge model's generate) as services={...}") from exc
+    assert callable(built), f"{target}.from_reward_config returned a {type(built).__name__}, not a callable"
+    return built
 
 
 # -- the checks ------------------------------------------------------------------------------
@@ -172,7 +236,8 @@ def _check_signature(fn: Callable[..., Any]) -> None:
     try:
         signature.bind("prompt", "response", "reference", pattern="x")
     except TypeError as exc:
-        raise AssertionError(f"{fn.__name__}{signature} cannot be called as reward(prompt, response, reference, "
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise AssertionError(f"{name}{signature} cannot be called as reward(prompt, response, reference, "
                              f"pattern=...), as roll calls it ({exc}); take **options for what you do not use") from None
 
 
@@ -222,8 +287,9 @@ def _check_malformed(fn: Callable[..., Any], rows: Sequence[Sample], options: Ma
     assert not problems, "; ".join(problems)
 
 
-#: the cross-process check's program: import the target by its path, print its scores as JSON (it imports
-#: nothing of roll's testing kit, so a fresh process starts in well under a second)
+#: the cross-process check's program: import the target by its path (a reward class: build it from the
+#: domain's settings), print its scores as JSON (it imports nothing of roll's testing kit, so a fresh
+#: process starts in well under a second)
 _SUBPROCESS = """
 import importlib, json, sys
 spec = json.loads(sys.argv[1])
@@ -231,13 +297,16 @@ module, _, attr = spec["target"].partition(":")
 fn = importlib.import_module(module)
 for part in attr.split("."):
     fn = getattr(fn, part)
+if isinstance(fn, type) and hasattr(fn, "from_reward_config"):  # a reward class: built as in a run
+    from roll_core.config.rlvr import RewardConfig
+    fn = fn.from_reward_config(RewardConfig.model_validate(spec["config"]), seed=spec["seed"])
 print(json.dumps([float(fn(*row, **spec["options"])) for row in spec["rows"]]))
 """
 
 
 def _check_subprocess(target: str, first: Sequence[float], rows: Sequence[Sample],
-                      options: Mapping[str, Any]) -> None:
-    spec = {"target": target, "rows": [list(r) for r in rows], "options": dict(options)}
+                      options: Mapping[str, Any], build: Mapping[str, Any]) -> None:
+    spec = {"target": target, "rows": [list(r) for r in rows], "options": dict(options), **build}
     hash_seed = (int(os.environ.get("PYTHONHASHSEED", "0") or 0) + 1) % (1 << 32)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONHASHSEED": str(hash_seed)}
     proc = subprocess.run([sys.executable, "-c", _SUBPROCESS, json.dumps(spec)], capture_output=True, text=True, env=env,

@@ -151,6 +151,11 @@ class TrainGroup:
         refs = self._call("export_weights_ref", adapter=adapter, with_base=with_base, targets=targets)
         return refs[0]
 
+    def release_handoff_device(self) -> int:
+        """After the engines loaded a sync's handoff: free its flat GPU buffer (CUDA IPC; the model's
+        size of GPU memory a colocated engine needs); bytes freed."""
+        return sum(self._call("release_handoff_device"))
+
     @property
     def parameter_counts(self) -> tuple[int, int] | None:
         """``(trainable, total)`` parameters of one rank's model, when the backend reports them."""

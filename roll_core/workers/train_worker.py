@@ -231,6 +231,12 @@ class TrainWorker:
 
         return current_locality(getattr(self.strategy, "device", None))
 
+    def release_handoff_device(self) -> int:
+        """Free the weight handoff's flat GPU buffer once the engines have loaded from it (bytes freed;
+        the next sync makes it again). The ``/dev/shm`` file stays, overwritten in place."""
+        writer = getattr(self, "handoff_writer", None)
+        return writer.release_device() if writer is not None else 0
+
     def close_handoff(self) -> None:
         """Remove the weight handoff's shared-memory file and GPU buffer (before the actor goes)."""
         writer = getattr(self, "handoff_writer", None)

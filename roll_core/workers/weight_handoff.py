@@ -5,9 +5,11 @@ the store and out again on every engine: for a 0.5B model on a GPU that was 2.6-
 (docs/gpu.md). Where the two sides share more than the network, less is needed:
 
 =================  ==================================================================================
-``cuda_ipc``       same node, same GPU: the trainer copies its weights into one flat GPU buffer (kept,
-                   overwritten in place every sync) and sends CUDA IPC handles to it; the engine
-                   maps the buffer and copies on the device. Nothing leaves the GPU.
+``cuda_ipc``       same node, same GPU: the trainer copies its weights into one flat GPU buffer and
+                   sends CUDA IPC handles to it; the engine maps the buffer and copies on the
+                   device. Nothing leaves the GPU. The buffer (the model's size) is freed once the
+                   engines have loaded (:meth:`HandoffWriter.release_device`, at the end of the
+                   sync) and made again at the next sync: a colocated engine needs that memory.
 ``shared_memory``  same node: the trainer writes its CPU weights into one file in ``/dev/shm`` (kept,
                    overwritten in place every sync); the engine maps it and copies into its model.
 ``object_store``   anywhere else (another node): ``ray.put`` of the state dict, as before.
@@ -18,13 +20,23 @@ function. The trainer builds one :class:`WeightHandoff` holding the forms its en
 engine takes the first of its own preference that the handoff holds (:meth:`WeightHandoff.open`),
 so a form the trainer could not make (``/dev/shm`` too small, a CUDA IPC error) falls back to the
 object store with its reason logged. The handoff itself is small (names, shapes, offsets, handles).
+
+A run killed with SIGKILL cannot remove its ``/dev/shm`` file (RAM the model's size). So the file's
+name carries its owner, the writing process, as ``roll-weights-<pid>-<start time>-<tag>`` (the start
+time guards against a reused pid), the owner holds a lock on it while it lives (``flock``, released
+by the kernel when it dies), and :func:`remove_stale_weight_files` removes every such file whose
+owner is gone: a writer does so before it creates its file, and the driver's reaper
+(:mod:`roll_core.distributed.reaper`) after a killed run. A live owner's file is never touched
+(another run on the machine may be syncing through it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +49,9 @@ FALLBACKS = {CUDA_IPC: (CUDA_IPC, SHARED_MEMORY, OBJECT_STORE), SHARED_MEMORY: (
              OBJECT_STORE: (OBJECT_STORE,)}
 #: where shared-memory weights are written (tmpfs on Linux)
 SHM_DIR = "/dev/shm"
+#: a handoff file's name: its owner's pid and start time (centiseconds since the epoch), then a tag
+SHM_NAME = "roll-weights-{pid}-{start}-{tag}"
+_SHM_NAME = re.compile(r"^roll-weights-(?P<pid>\d+)-(?P<start>\d+)-.+$")
 #: every tensor starts at a multiple of this many bytes in a flat buffer (any dtype can view it)
 ALIGN = 64
 
@@ -83,6 +98,75 @@ def current_locality(device: Any = None) -> Locality:
 
     index = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
     return Locality(node, f"cuda:{torch.cuda.get_device_properties(index).uuid}")
+
+
+def process_start(pid: int) -> int | None:
+    """``pid``'s start time in centiseconds since the epoch; None when no such process runs (a zombie
+    is dead); -1 when it cannot be read (another user's process: taken as alive)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time() * 100)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        return -1
+
+
+def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
+    """Remove the handoff files (``roll-weights-<pid>-<start>-<tag>``) whose owning process is gone,
+    logged in one line; returns their paths. A file stays when its owner lives (same pid, same start
+    time), when a process holds the lock its writer takes on it (a writer this process cannot see),
+    or when its name names no owner."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    removed, freed = [], 0
+    for name in names:
+        match = _SHM_NAME.match(name)
+        if match is None:
+            continue
+        start = process_start(int(match["pid"]))
+        if start is not None and (start == -1 or abs(start - int(match["start"])) <= 1):
+            continue  # its owner lives
+        path = os.path.join(directory, name)
+        if _locked(path):
+            continue  # its owner lives where this process cannot see it (another pid namespace)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+        freed += size
+    if removed:
+        logger.warning("weight sync: removed %d weight file(s) left by dead runs (%.2f GB): %s", len(removed),
+                       freed / 1e9, ", ".join(removed))
+    return removed
+
+
+def _locked(path: str) -> bool:
+    """Whether a process holds the lock its writer takes on the file (an unreadable file counts as locked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def owned_file_name(tag: str) -> str:
+    """The handoff file name of this process (see :func:`remove_stale_weight_files`)."""
+    return SHM_NAME.format(pid=os.getpid(), start=process_start(os.getpid()), tag=tag)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +261,14 @@ OPENERS = {OBJECT_STORE: _open_object_store, SHARED_MEMORY: _open_shared_memory,
 
 
 class HandoffWriter:
-    """The trainer's side: builds a :class:`WeightHandoff` per sync, reusing its buffers in place."""
+    """The trainer's side: builds a :class:`WeightHandoff` per sync, overwriting its ``/dev/shm`` file
+    in place; its GPU buffer lives from :meth:`build` to :meth:`release_device` (the end of the sync)."""
 
     def __init__(self, tag: str | None = None):
         self.tag = tag or uuid.uuid4().hex[:12]
         self.shm_path: str | None = None
         self._shm: Any = None
+        self._lock: int | None = None  # the open, locked file (see remove_stale_weight_files)
         self._gpu: Any = None
         self._layout: Layout | None = None
 
@@ -223,19 +309,40 @@ class HandoffWriter:
         layout = Layout.of(weights)
         if self._shm is None or self._shm.numel() != layout.nbytes:
             self.close_shm()
-            path = os.path.join(SHM_DIR, f"roll-weights-{self.tag}")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            remove_stale_weight_files()  # room for this one: what killed runs left behind goes first
+            path = os.path.join(SHM_DIR, owned_file_name(self.tag))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives: the file is in use
                 os.posix_fallocate(fd, 0, layout.nbytes)  # ENOSPC here, not SIGBUS on a later write
             except OSError:
                 os.close(fd)
                 os.unlink(path)
                 raise
-            os.close(fd)
-            self.shm_path = path
+            self.shm_path, self._lock = path, fd
             self._shm = torch.from_file(path, shared=True, size=layout.nbytes, dtype=torch.uint8)
         layout.write(self._shm, weights)
         return layout
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of the flat device buffer held now (0: none)."""
+        return 0 if self._gpu is None else int(self._gpu.numel())
+
+    def release_device(self) -> int:
+        """Free the flat device buffer once every engine has loaded from it; returns the bytes freed.
+
+        Not at the trainer's offload: a colocated run offloads the trainer *before* the engines load
+        (they reload into the freed memory, then copy from this buffer). Torch keeps a block an engine
+        still maps until that engine lets go of it, so freeing early cannot corrupt a load."""
+        nbytes, on_cuda = self.device_bytes, self._gpu is not None and self._gpu.device.type == "cuda"
+        self._gpu = None
+        if on_cuda:
+            import torch
+
+            torch.cuda.ipc_collect()  # blocks the engines have released are freed now, not at a later allocation
+            torch.cuda.empty_cache()  # and handed back to the driver: the engine is another process
+        return nbytes
 
     def _write_gpu(self, weights: Mapping[str, Any]) -> tuple[Layout, Any, Any]:
         import torch
@@ -247,7 +354,8 @@ class HandoffWriter:
             self._gpu = None
             self._gpu = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
         layout.write(self._gpu, weights)
-        torch.cuda.current_stream(device).synchronize()  # the engine reads it from another process
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # the engine reads it from another process
         return (layout, *reduce_tensor(self._gpu))
 
     def close_shm(self) -> None:
@@ -256,9 +364,11 @@ class HandoffWriter:
                 os.unlink(self.shm_path)
             except FileNotFoundError:
                 pass
-        self._shm, self.shm_path = None, None
+        if self._lock is not None:
+            os.close(self._lock)
+        self._shm, self.shm_path, self._lock = None, None, None
 
     def close(self) -> None:
         """Remove the shared-memory file and free the GPU buffer (the worker is going away)."""
         self.close_shm()
-        self._gpu = None
+        self.release_device()

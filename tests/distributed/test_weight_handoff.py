@@ -4,7 +4,11 @@ training steps (the second sync overwrites the same /dev/shm file in place)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +17,15 @@ from roll_core.workers.weight_handoff import (
     CUDA_IPC,
     OBJECT_STORE,
     SHARED_MEMORY,
+    SHM_DIR,
+    HandoffWriter,
     Layout,
     Locality,
     WeightHandoff,
+    owned_file_name,
     plan_weight_sync,
+    process_start,
+    remove_stale_weight_files,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +76,122 @@ def test_an_engine_falls_back_to_what_the_handoff_holds(tmp_path):
     assert transport == SHARED_MEMORY and torch.equal(state["w"], weights["w"])
     with pytest.raises(RuntimeError, match=r"holds \['shared_memory'\], none usable"):
         shm.open(Locality("node-b", "cpu"), {})  # another node cannot map this node's file
+
+
+def no_host_weights():
+    raise AssertionError("a CUDA IPC handoff needs no host copy")
+
+
+def test_the_device_buffer_is_freed_after_a_sync_and_made_again_at_the_next():
+    """The CUDA IPC path's bookkeeping, with CPU tensors standing in for the GPU's (the same writer,
+    layout and torch IPC reduction; the next test does it on a GPU)."""
+    import torch
+
+    gpu = Locality("node-a", "cuda:GPU-stand-in")
+    writer = HandoffWriter()
+    for step in (1, 2):
+        weights = {"a": torch.randn(3, 5) * step, "b": torch.arange(7) + step, "c": torch.randn(4).half()}
+        handoff = writer.build(gpu, [gpu], no_host_weights, lambda weights=weights: weights)
+        layout = handoff.ipc[0]
+        assert handoff.forms() == {CUDA_IPC} and not handoff.missing and writer.shm_path is None
+        assert writer.device_bytes == layout.nbytes == 3 * 64  # made again after the release
+        transport, state = handoff.open(gpu, {})
+        assert transport == CUDA_IPC and all(torch.equal(state[k], v) for k, v in weights.items())
+        del state  # the engine copied what it needs
+        assert writer.release_device() == layout.nbytes and writer.device_bytes == 0
+        assert writer.release_device() == 0
+    writer.close()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_cuda_ipc_buffer_goes_back_to_the_gpu_after_a_sync():
+    import torch
+
+    device = torch.device("cuda", 0)
+    gpu = Locality("node-a", f"cuda:{torch.cuda.get_device_properties(0).uuid}")
+    weights = {"w": torch.randn(64, 1024, 1024, device=device)}  # 256 MiB
+    writer = HandoffWriter()
+    torch.cuda.synchronize()
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    for _ in range(2):  # the second sync makes the buffer again
+        handoff = writer.build(gpu, [gpu], no_host_weights, lambda: weights)
+        assert handoff.forms() == {CUDA_IPC} and torch.cuda.memory_allocated(device) >= allocated + (256 << 20)
+        transport, state = handoff.open(gpu, {})  # an engine loads (here: in this process) and lets go
+        assert transport == CUDA_IPC and torch.equal(state["w"], weights["w"])
+        del state
+        assert writer.release_device() == handoff.ipc[0].nbytes == 256 << 20
+        assert torch.cuda.memory_allocated(device) <= allocated  # freed, not kept for the next sync
+        assert torch.cuda.memory_reserved(device) <= reserved  # and given back to the driver
+    writer.close()
+
+
+def dead_pid() -> int:
+    """The pid of a process that ran and was reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_owners_weight_file_is_removed_and_a_live_ones_kept(tmp_path, caplog):
+    me = process_start(os.getpid())
+    files = {
+        "dead": f"roll-weights-{dead_pid()}-{me}-aaaa",
+        # our pid, but another start time: the pid of a dead run, reused by this process
+        "reused": f"roll-weights-{os.getpid()}-{me - 500}-bbbb",
+        "live": owned_file_name("cccc"),
+        "parent": f"roll-weights-{os.getppid()}-{process_start(os.getppid())}-dddd",
+        "unowned": "roll-weights-0123456789ab",  # no owner in the name: never removed
+        "other": "something-else",
+    }
+    for name in files.values():
+        (tmp_path / name).write_bytes(b"\0" * 1000)
+    with caplog.at_level("WARNING", logger="roll_core.workers.weight_handoff"):
+        removed = remove_stale_weight_files(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / files[k]) for k in ("dead", "reused"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files[k] for k in ("live", "parent", "unowned", "other"))
+    assert [r.getMessage().split(" GB)")[0] for r in caplog.records] == [
+        "weight sync: removed 2 weight file(s) left by dead runs (0.00"]
+    assert remove_stale_weight_files(str(tmp_path)) == []
+    assert remove_stale_weight_files(str(tmp_path / "missing")) == []
+    # a dead pid, but the file locked as a writer locks it: a writer in another pid namespace lives
+    locked = tmp_path / f"roll-weights-{dead_pid()}-{me}-eeee"
+    locked.write_bytes(b"\0")
+    fd = os.open(locked, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    assert remove_stale_weight_files(str(tmp_path)) == [] and locked.exists()
+    os.close(fd)  # what its owner's death does
+    assert remove_stale_weight_files(str(tmp_path)) == [str(locked)]
+
+
+#: a trainer that writes its handoff file, says where, and waits to be killed
+_TRAINER = """
+import time, torch
+from roll_core.workers.weight_handoff import HandoffWriter
+writer = HandoffWriter()
+writer._write_shm({"w": torch.ones(1000)})
+print(writer.shm_path, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm")
+def test_the_reaper_removes_the_file_of_a_trainer_killed_with_sigkill():
+    trainer = subprocess.Popen([sys.executable, "-c", _TRAINER], stdout=subprocess.PIPE, text=True)
+    reaper = subprocess.Popen([sys.executable, "-m", "roll_core.distributed.reaper", str(trainer.pid)],
+                              stdin=subprocess.PIPE)
+    try:
+        path = trainer.stdout.readline().strip()
+        assert os.path.basename(path).startswith(f"roll-weights-{trainer.pid}-") and os.path.exists(path)
+        assert path not in remove_stale_weight_files() and os.path.exists(path)  # a live owner's file stays
+        trainer.kill()  # SIGKILL: no cleanup of its own
+        trainer.wait()
+        assert os.path.exists(path)
+        reaper.stdin.close()  # what the driver's death does
+        assert reaper.wait(timeout=60) == 0
+        assert not os.path.exists(path)
+    finally:
+        trainer.kill()
+        reaper.kill()
 
 
 def make_run(tmp):
@@ -122,6 +247,8 @@ def test_shared_memory_sync_equals_object_store_sync_over_two_steps(ray_session,
             assert ray.get(shm_engine.load_weights.remote(handoff_ref[0], step)) == SHARED_MEMORY
             assert ray.get(store_engine.load_weights.remote(group.export_weights_ref()[0], step)) is None
             inodes.append(os.stat(handoff.shm_path).st_ino)
+            assert re.match(r"roll-weights-\d+-\d+-[0-9a-f]+$", os.path.basename(handoff.shm_path))  # its owner
+            assert group.release_handoff_device() == 0  # no GPU buffer on CPU; the file stays for the next sync
             via_shm, via_store = ray.get([shm_engine.weights.remote(), store_engine.weights.remote()])
             assert via_shm.keys() == via_store.keys()
             assert all(torch.equal(via_shm[k], via_store[k]) for k in via_store)

@@ -1,4 +1,5 @@
-"""A plugin of reward functions, each breaking one rule of roll's reward contract, for check_reward's tests.
+"""A plugin of reward functions, each breaking one rule of roll's reward contract, for check_reward's tests
+(and two reward classes: one that honours it once built from its settings, one roll cannot build).
 
 Importable by name (tests/rewards is put on sys.path and PYTHONPATH by the tests), so that the
 cross-process check can import the targets too.
@@ -69,6 +70,31 @@ def lenient(prompt, response, reference, **_):
     return 1.0  # "correct" for an empty response too
 
 
+class PatternReward:
+    """Honours the contract as a class, built like the built-in code_sandbox or llm_judge: 1 when the
+    last match of the domain's ``format_pattern`` (compiled once, at build) equals the reference."""
+
+    def __init__(self, pattern: str):
+        self.pattern = re.compile(pattern, re.DOTALL)
+
+    @classmethod
+    def from_reward_config(cls, section, *, seed=0, **_):
+        if not section.format_pattern:
+            raise ValueError("pattern_class needs format_pattern (a regex with one group: the answer)")
+        return cls(section.format_pattern)
+
+    def __call__(self, prompt, response, reference, **_):
+        found = self.pattern.findall(response)
+        return 1.0 if found and reference is not None and found[-1].strip() == reference else 0.0
+
+
+class NoBuilder:
+    """A reward class roll cannot build: no ``from_reward_config``."""
+
+    def __call__(self, prompt, response, reference, **_):
+        return 0.0
+
+
 BROKEN = ("raises_on_empty", "returns_text", "returns_nan", "coin_flip", "remembers", "hash_based", "two_args",
           "no_options", "main_thread_only", "lenient")
 
@@ -77,3 +103,5 @@ BROKEN = ("raises_on_empty", "returns_text", "returns_nan", "coin_flip", "rememb
 def roll_register_rewards(register):
     for name in ("exact", *BROKEN):
         register(f"broken_{name}" if name != "exact" else "exact_answer", f"roll_broken_rewards:{name}")
+    register("pattern_class", "roll_broken_rewards:PatternReward")
+    register("broken_no_builder", "roll_broken_rewards:NoBuilder")

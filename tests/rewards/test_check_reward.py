@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -75,3 +76,40 @@ def test_a_broken_reward_is_caught(registry, name):
 def test_failures_raise_one_error_listing_them(registry):
     with pytest.raises(RewardCheckError, match=r"check_reward\(broken_lenient\): 8 passed, 1 failed\n  FAIL malformed"):
         check_reward("broken_lenient", registry=registry)
+
+
+ANSWER = r"<answer>(.*?)</answer>"
+
+
+def test_a_reward_class_is_built_from_its_settings_as_a_run_builds_it(registry):
+    worked = [("1+1=", "<answer>2</answer>", "2", 1.0), ("1+1=", "<answer>3</answer>", "2", 0.0)]
+    report = check_reward("pattern_class", registry=registry, config={"format_pattern": ANSWER}, expected=worked)
+    assert report.ok and len(report.passed) == 9, str(report)  # in another process too: built there as well
+    wrong = check_reward("pattern_class", registry=registry, config={"format_pattern": ANSWER}, raise_on_failure=False,
+                         expected=[("1+1=", "<answer>2</answer>", "2", 0.0)])
+    assert failed(wrong) == {"expected scores"} and "'<answer>2</answer>' -> 1.0, expected 0.0" in str(wrong)
+    # without the settings it needs: one failure saying what to pass, the other checks skipped
+    unbuilt = check_reward("pattern_class", registry=registry, raise_on_failure=False)
+    assert failed(unbuilt) == {"registration loads a callable"} and not unbuilt.passed, str(unbuilt)
+    assert ("roll_broken_rewards:PatternReward.from_reward_config(section, seed=0) raised ValueError: pattern_class "
+            "needs format_pattern") in str(unbuilt) and "check_reward(..., config={...})" in str(unbuilt)
+    nobuild = check_reward("broken_no_builder", registry=registry, raise_on_failure=False)
+    assert failed(nobuild) == {"registration loads a callable"}, str(nobuild)
+    assert "roll_broken_rewards:NoBuilder is a class without a from_reward_config(section, *, seed)" in str(nobuild)
+    with pytest.raises(ValueError, match=r"not a valid rewards.<domain> section .*: format_patern: Extra inputs are "
+                       r"not permitted. Did you mean 'format_pattern'\?"):
+        check_reward("pattern_class", registry=registry, config={"format_patern": ANSWER})
+
+
+ADD = json.dumps([{"assert_code": "assert add(2, 3) == 5"}])
+
+
+@pytest.mark.sandbox
+def test_the_built_in_code_sandbox_class(roll_check_reward):
+    right, wrong = "```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a - b\n```"
+    code = [("Write add(a, b).", right, ADD), ("Write add(a, b).", wrong, ADD)]
+    report = roll_check_reward("code_sandbox", samples=code, config={"use_local": True}, bounds=(0.0, 1.0),
+                               expected=[(*code[0], 1.0), (*code[1], 0.0)])
+    assert report.ok and len(report.passed) == 10, str(report)
+    with pytest.raises(RewardCheckError, match=r"expected scores: .*-> 0.0, expected 1.0"):
+        roll_check_reward("code_sandbox", samples=code, expected=[(*code[1], 1.0)])
