@@ -38,6 +38,11 @@ class RunSettings(RollModel):
     pipeline_type: PipelineType = Field(description="agentic or rlvr; inferred from the keys when absent.")
     exp_name: str = "roll"
     seed: int = 42
+    val_seed: int | None = Field(
+        None, description="roll: the seed the validation env instances are drawn from (agentic; RLVR validates on "
+        "its fixed val data). Unset: seed, as in ROLL, so runs of different seeds validate on different instances. "
+        "Set it (any fixed number) to compare runs of different seeds on the same instances."
+    )
     pretrain: str | None = Field(None, description="Policy weights: a Hugging Face id or a local path.")
     reward_pretrain: str | None = Field(None, description="Critic / reward model weights.")
     output_dir: str = "./output"

@@ -77,7 +77,7 @@ def rollout_spec(run: Run, mode: str = "train", *, policy: str | None = None, **
     policy = check_policy(policy or manager.llm_proxy.proxy_type)
     values: dict[str, Any] = dict(
         mode=mode,
-        seed=config.seed,
+        seed=config.val_seed if mode == "val" and config.val_seed is not None else config.seed,
         num_env_groups=manager.num_env_groups,
         group_size=manager.group_size,
         group_size_redundancy=manager.group_size_redundancy,
