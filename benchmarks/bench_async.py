@@ -1,4 +1,4 @@
-"""Async training speedup: wall time per step at async_generation_ratio 0, 1, 2 (CPU FrozenLake demo or long-tailed responses).
+"""Async training speedup: wall time per step at async_generation_ratio 0, 1, 2 (CPU demo, long-tailed responses).
 
 The demo config (examples/frozen_lake/grpo.yaml) is driven only through command-line overrides
 (steps, warm start, checkpoints, k, one torch thread per worker), so its tuning can change without
@@ -143,6 +143,11 @@ def settings(args) -> list[tuple[str, float, bool | None]]:
 PARTIAL = {"true": True, "false": False, "default": None}
 
 
+def label(name: str) -> str:
+    """``k1_keep`` -> ``k=1 keep``: how figures name a setting."""
+    return name.replace("k", "k=", 1).replace("_", " ")
+
+
 def main() -> None:
     p = measure.parser(__doc__.splitlines()[0])
     p.add_argument("--workload", choices=("demo", "longtail"), default="demo",
@@ -196,32 +201,36 @@ def main() -> None:
     runs = measure.repeat(one, args.repeats, ", ".join(names))
     results["runs"] = runs
     col, base = measure.column, names[0]
+    show = {name: label(name) for name in names}
     gen, train = col(runs, f"{base}_rollout_s"), col(runs, f"{base}_train_s")
     ideal = [(g + t) / max(g, t) for g, t in zip(gen, train)]
-    measure.report(results, f"{base}: generation (time/rollout) s per step", gen, "s")
-    measure.report(results, f"{base}: training (rest of the step) s per step", train, "s")
+    measure.report(results, f"{show[base]}: generation (time/rollout) s per step", gen, "s")
+    measure.report(results, f"{show[base]}: training (rest of the step) s per step", train, "s")
     for name in names:
-        measure.report(results, f"{name}: wall time per step", col(runs, f"{name}_step_s"), "s")
-        measure.report(results, f"{name}: generation overlapping training per step", col(runs, f"{name}_overlap_s"),
-                       "s")
-        measure.report(results, f"{name}: trainer waiting for its batch (time/rollout) per step",
+        measure.report(results, f"{show[name]}: wall time per step", col(runs, f"{name}_step_s"), "s")
+        measure.report(results, f"{show[name]}: generation overlapping training per step",
+                       col(runs, f"{name}_overlap_s"), "s")
+        measure.report(results, f"{show[name]}: trainer waiting for its batch (time/rollout) per step",
                        col(runs, f"{name}_rollout_s"), "s")
-        measure.report(results, f"{name}: inference worker generating (busy) per step",
+        measure.report(results, f"{show[name]}: inference worker generating (busy) per step",
                        col(runs, f"{name}_gen_busy_s_per_step"), "s")
         if longtail:
             for key in ("generated", "discarded", "kept"):
-                measure.report(results, f"{name}: tokens {key} per step", col(runs, f"{name}_{key}_tokens_per_step"),
-                               "tokens")
+                measure.report(results, f"{show[name]}: tokens {key} per step",
+                               col(runs, f"{name}_{key}_tokens_per_step"), "tokens")
     measure.report(results, "ideal speedup (gen + train) / max(gen, train)", ideal, ratio=True)
     for name in names[1:]:
         speedup = measure.ratios(col(runs, f"{base}_step_s"), col(runs, f"{name}_step_s"))
-        measure.report(results, f"speedup {name} (step time {base} / {name})", speedup, ratio=True)
-        measure.report(results, f"speedup {name} / ideal", measure.ratios(speedup, ideal), ratio=True)
-        measure.report(results, f"{name}: actor update time / {base}'s (training slowed by overlapping generation)",
+        measure.report(results, f"speedup {show[name]} (step time {show[base]} / {show[name]})", speedup,
+                       ratio=True)
+        measure.report(results, f"speedup {show[name]} / ideal", measure.ratios(speedup, ideal), ratio=True)
+        measure.report(results, f"{show[name]}: actor update time / {show[base]}'s (training slowed by "
+                       "overlapping generation)",
                        measure.ratios(col(runs, f"{name}_actor_s"), col(runs, f"{base}_actor_s")), ratio=True)
-        measure.report(results, f"{name}: generation busy time per step / {base}'s (generation slowed by overlapping "
-                       "training)", measure.ratios(col(runs, f"{name}_gen_busy_s_per_step"),
-                                                   col(runs, f"{base}_gen_busy_s_per_step")), ratio=True)
+        measure.report(results, f"{show[name]}: generation busy time per step / {show[base]}'s (generation "
+                       "slowed by overlapping training)",
+                       measure.ratios(col(runs, f"{name}_gen_busy_s_per_step"), col(runs, f"{base}_gen_busy_s_per_step")),
+                       ratio=True)
     if args.plot:
         plot(args.plot, runs, names, longtail)
     measure.finish(results, args)
@@ -231,7 +240,7 @@ def plot(path: str, runs: list[dict], names: list[str], longtail: bool = False) 
     """Wall time per step of each setting, generation and training of the sync run, and the ideal step."""
     col, base = measure.column, names[0]
     ideal = [max(g, t) for g, t in zip(col(runs, f"{base}_rollout_s"), col(runs, f"{base}_train_s"))]
-    labels = [name.replace("k", "k=", 1) for name in names]
+    labels = [label(name) for name in names]
     what = "long-tailed responses (16-512 tokens)" if longtail else "the FrozenLake demo"
     measure.plot_series(
         path, f"Async training on {what}: wall time per step", "async_generation_ratio",
