@@ -247,7 +247,7 @@ def plot(path: str, runs: list[dict], names: list[str], longtail: bool = False) 
         "seconds per step", {
             "wall time per step": (labels, [col(runs, f"{n}_step_s") for n in names]),
             "of which actor update": (labels, [col(runs, f"{n}_actor_s") for n in names]),
-        }, kind="bar", hline=(statistics.median(ideal), f"ideal: max(gen, train) of {base}"),
+        }, kind="bar", hline=(statistics.median(ideal), f"ideal: max(gen, train) of {label(base)}"),
         note=f"{measure.machine().get('cores')} shared CPU cores; median of runs, min-max bars; "
         "benchmarks/bench_async.py")
 
