@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -24,16 +25,31 @@ def math_verify_reward(prompt: str, response: str, reference: str, *, answer_pat
     arithmetic task should pin the answer down, e.g. ``format_pattern: '(-?\\d+)\\D*$'`` (the last
     number written).
     """
-    from math_verify import parse, verify
-
     answer_pattern = answer_pattern or pattern
     pattern = re.compile(answer_pattern, re.IGNORECASE | re.DOTALL) if answer_pattern else ANSWER_PATTERN
     matches = pattern.findall(response or "")
     candidate = matches[-1] if matches else (response or "")
     # math-verify's time limits use SIGALRM, which only the main thread may set
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold = parse(str(reference), parsing_timeout=timeout)
+    return correct if _equivalent(candidate, str(reference), timeout) else incorrect
+
+
+#: verdicts kept by :func:`_equivalent` (least recently used dropped first)
+VERDICT_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=VERDICT_CACHE_SIZE)
+def _equivalent(candidate: str, reference: str, timeout: int | None) -> bool:
+    """Whether math-verify finds ``candidate`` equal to ``reference`` (unparsable: False).
+
+    A pure function of its arguments, so its verdicts are kept: a run scores the same answers over
+    and over (an arithmetic task's one-token sums: a few dozen distinct pairs), and parsing both
+    sides costs about a millisecond of sympy a sample, on the training step's path
+    (docs/benchmarks.md, "Per-step fixed cost")."""
+    from math_verify import parse, verify
+
+    gold = parse(reference, parsing_timeout=timeout)
     answer = parse(candidate, parsing_timeout=timeout)
     if not gold or not answer:
-        return incorrect
-    return correct if verify(gold, answer, timeout_seconds=timeout) else incorrect
+        return False
+    return bool(verify(gold, answer, timeout_seconds=timeout))

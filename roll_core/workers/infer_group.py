@@ -58,6 +58,7 @@ class InferGroup:
         self.replacements = Replacements("actor_infer", start, placement=placement, config=config,
                                          options=worker_options)
         self._joining: dict[int, Any] | None = None  # replacements up at this sync (prepare_replacements)
+        self._localities: list[tuple[Any, Any]] = []  # (actor, its Locality), see localities()
         self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size,
                                                   partial_rollout=getattr(config, "partial_rollout", True))
 
@@ -112,7 +113,13 @@ class InferGroup:
 
         lost = self.lost_workers()
         engines = [w for i, w in enumerate(self.workers) if i not in lost] + list((self._joining or {}).values())
-        return ray.get([w.locality.remote() for w in engines])
+        # an actor's node and device are fixed for its life: asked once per actor, not at every sync
+        known = [next((loc for actor, loc in self._localities if actor is w), None) for w in engines]
+        missing = [w for w, loc in zip(engines, known) if loc is None]
+        if missing:
+            self._localities = [(a, loc) for a, loc in self._localities if any(a is w for w in engines)]
+            self._localities += list(zip(missing, ray.get([w.locality.remote() for w in missing])))
+        return [next(loc for actor, loc in self._localities if actor is w) for w in engines]
 
     @property
     def world_size(self) -> int:

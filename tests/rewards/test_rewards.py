@@ -30,6 +30,27 @@ def test_math_verify_reward_works_off_the_main_thread():
     assert results == [1.0]
 
 
+def test_math_verify_verdicts_are_kept_and_equal_math_verifys_own():
+    """The kept verdicts are math-verify's, asked once per (answer, reference): a repeated sample
+    is not parsed again, and each verdict is what parse + verify give without the cache."""
+    from math_verify import parse, verify
+
+    from roll_core.rewards.math import _equivalent
+
+    _equivalent.cache_clear()
+    pairs = [(str(a), str(b)) for a in range(12) for b in range(10)] + [("0.5", "\\frac{1}{2}"), ("2+2", "4")]
+    for _ in range(3):  # every pair three times, as a run scores the same sums again and again
+        for answer, reference in pairs:
+            gold, got = parse(reference), parse(answer)
+            expected = 1.0 if gold and got and verify(gold, got) else 0.0
+            assert math_verify_reward("q", f"<answer>{answer}</answer>", reference) == expected
+    info = _equivalent.cache_info()
+    assert (info.misses, info.hits) == (len(pairs), 2 * len(pairs))
+    assert math_verify_reward("q", "<answer>0.5</answer>", "\\frac{1}{2}") == 1.0
+    assert math_verify_reward("q", "<answer>7</answer>", "7") == 1.0
+    assert math_verify_reward("q", "<answer>7</answer>", "8") == 0.0
+
+
 def test_regex_reward():
     assert regex_reward("q", "<think>12+7</think> <answer>19</answer>") == 1.0
     assert regex_reward("q", "<answer>19</answer>") == 1.0
