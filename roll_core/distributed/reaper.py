@@ -8,7 +8,7 @@ descendant processes while PID lives, and when PID is gone (its end of our stdin
 any exit) it terminates those still running, then kills them. After a clean shutdown there is
 nothing left to kill. A process is matched by PID *and* start time, so a reused PID is never hit.
 Then it removes the weight-sync files in ``/dev/shm`` whose owners are gone
-(:func:`roll_core.workers.weight_handoff.remove_stale_weight_files`): the trainer killed with the run
+(:func:`roll_core.distributed.weight_files.remove_stale_weight_files`): the trainer killed with the run
 could not.
 """
 
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=GRACE_S)
-    from roll_core.workers.weight_handoff import remove_stale_weight_files
+    from roll_core.distributed.weight_files import remove_stale_weight_files
 
     remove_stale_weight_files()
     return 0

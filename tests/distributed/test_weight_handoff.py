@@ -13,19 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from roll_core.distributed.weight_files import (
+    SHM_DIR,
+    owned_file_name,
+    process_start,
+    remove_stale_weight_files,
+)
 from roll_core.workers.weight_handoff import (
     CUDA_IPC,
     OBJECT_STORE,
     SHARED_MEMORY,
-    SHM_DIR,
     HandoffWriter,
     Layout,
     Locality,
     WeightHandoff,
-    owned_file_name,
     plan_weight_sync,
-    process_start,
-    remove_stale_weight_files,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,90 @@
+"""Shared-memory weight files and their owners: a file names the process that writes it, so files left
+by dead runs can be found and removed without touching a live run's.
+
+Low in the layers (the reaper, which runs after a killed run, sweeps them; the weight handoff in
+:mod:`roll_core.workers.weight_handoff` names and writes them).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+
+logger = logging.getLogger(__name__)
+
+#: where shared-memory weights are written (tmpfs on Linux)
+SHM_DIR = "/dev/shm"
+#: a handoff file's name: its owner's pid and start time (centiseconds since the epoch), then a tag
+SHM_NAME = "roll-weights-{pid}-{start}-{tag}"
+_SHM_NAME = re.compile(r"^roll-weights-(?P<pid>\d+)-(?P<start>\d+)-.+$")
+
+
+def process_start(pid: int) -> int | None:
+    """``pid``'s start time in centiseconds since the epoch; None when no such process runs (a zombie
+    is dead); -1 when it cannot be read (another user's process: taken as alive)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time() * 100)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        return -1
+
+
+def remove_stale_weight_files(directory: str = SHM_DIR) -> list[str]:
+    """Remove the handoff files (``roll-weights-<pid>-<start>-<tag>``) whose owning process is gone,
+    logged in one line; returns their paths. A file stays when its owner lives (same pid, same start
+    time), when a process holds the lock its writer takes on it (a writer this process cannot see),
+    or when its name names no owner."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    removed, freed = [], 0
+    for name in names:
+        match = _SHM_NAME.match(name)
+        if match is None:
+            continue
+        start = process_start(int(match["pid"]))
+        if start is not None and (start == -1 or abs(start - int(match["start"])) <= 1):
+            continue  # its owner lives
+        path = os.path.join(directory, name)
+        if _locked(path):
+            continue  # its owner lives where this process cannot see it (another pid namespace)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+        freed += size
+    if removed:
+        logger.warning("weight sync: removed %d weight file(s) left by dead runs (%.2f GB): %s", len(removed),
+                       freed / 1e9, ", ".join(removed))
+    return removed
+
+
+def _locked(path: str) -> bool:
+    """Whether a process holds the lock its writer takes on the file (an unreadable file counts as locked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def owned_file_name(tag: str) -> str:
+    """The handoff file name of this process (see :func:`remove_stale_weight_files`)."""
+    return SHM_NAME.format(pid=os.getpid(), start=process_start(os.getpid()), tag=tag)
