@@ -22,6 +22,9 @@ from roll_core.workers.infer_worker import InferWorker
 if TYPE_CHECKING:
     from roll_core.run import Run
 
+#: seconds InferGroup.shutdown waits for the scheduler to close, then for the workers' strategies to stop
+CLOSE_TIMEOUT_S = 10.0
+
 
 class InferGroup:
     """The inference workers of a run and the :class:`GenerateScheduler` in front of them.
@@ -166,9 +169,24 @@ class InferGroup:
         return ray.get(self.scheduler.activity.remote())
 
     def shutdown(self) -> None:
+        """Close the scheduler, stop the live workers' strategies, then kill every actor.
+
+        In that order because ``ray.kill`` is asynchronous: a scheduler still dispatching while its
+        workers die would report each one lost at every run's end; and a killed actor runs no cleanup,
+        so a strategy is stopped first (vLLM's engine and its files in ``/dev/shm``). Each wait is
+        bounded by :data:`CLOSE_TIMEOUT_S`: a hung actor is killed all the same.
+        """
         import ray
 
         self.replacements.shutdown()
+        self._joining = self._sync_lost = None
+        try:
+            lost = ray.get(self.scheduler.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001  # gone, or hung: killed below all the same
+            lost = {}
+        stopping = [w.shutdown.remote() for i, w in enumerate(self.workers) if i not in lost]
+        if stopping:
+            ray.wait(stopping, num_returns=len(stopping), timeout=CLOSE_TIMEOUT_S)
         for actor in [self.scheduler, *self.workers]:
             try:
                 ray.kill(actor, no_restart=True)
