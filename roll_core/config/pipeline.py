@@ -118,11 +118,12 @@ class RunSettings(RollModel):
         "groups. Reached before the batch is full: see unfilled_batch."
     )
     unfilled_batch: Literal["stop", "fill"] = Field(
-        "stop", description="roll: what a step does when max_groups_per_step groups were consumed and fewer than a "
-        "batch passed the filters. stop: the run stops naming the filter and its counts (data that cannot fill a "
-        "batch). fill: the batch is completed with the most recently filtered groups, as an unfiltered run would "
-        "have trained them (same batch shape and loss normalisers), counted as rollout/filtered_groups/refilled "
-        "and warned about; for a policy that solves most of the data, whose groups are mostly all-success."
+        "stop", description="roll: what a step does when max_groups_per_step groups were consumed (agentic: "
+        "or max_traj_per_env lets no dropped group be replaced) and fewer than a batch passed the filters. "
+        "stop: the run stops naming the filter and its counts (data that cannot fill a batch). fill: the "
+        "batch is completed with the most recently filtered groups, as an unfiltered run would have trained "
+        "them (same batch shape and loss normalisers), counted as rollout/filtered_groups/refilled and "
+        "warned about; for a policy that solves most of the data, whose groups are mostly all-success."
     )
     user_defined_rollout_loop_cls: str | None = compat(None)
     base_dir: str | None = compat(None)
@@ -311,10 +312,12 @@ class AgenticConfig(PipelineConfig):
         cap = train.max_traj_per_env
         if train.group_filter_cls not in (None, "keep_all", *ROLL_KEEP_ALL_FILTERS) and cap > 0 and (
                 self.rollout_batch_size >= cap * train.num_envs):
+            outcome = ("a step in which a group is dropped is completed with filtered groups "
+                       "(unfilled_batch: fill)" if self.unfilled_batch == "fill"
+                       else "the first dropped group will stop the step")
             warn(f"train_env_manager.group_filter_cls ({train.group_filter_cls}) drops groups, but max_traj_per_env "
                  f"({cap}) leaves no episode to replace a dropped group within a step (the batch of "
-                 f"{self.rollout_batch_size} uses them all); the first dropped group will stop the step. Raise "
-                 "max_traj_per_env or set -1")
+                 f"{self.rollout_batch_size} uses them all); {outcome}. Raise max_traj_per_env or set -1")
         val = self.val_env_manager
         if val.group_size != 1:
             warn(f"val_env_manager.group_size is {val.group_size}; 1 is recommended: validation samples "

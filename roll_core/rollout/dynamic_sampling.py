@@ -67,10 +67,14 @@ def filter_metrics(filtered: dict[str, int], trained_groups: int, extra_s: float
     return metrics
 
 
-def refilled_message(what: str, passed: int, wanted: int, consumed: int, limit: int) -> str:
-    """The warning of a step whose batch was completed with filtered groups (``unfilled_batch: fill``)."""
+def refilled_message(what: str, passed: int, wanted: int, consumed: int, limit: int,
+                     bound: str | None = None) -> str:
+    """The warning of a step whose batch was completed with filtered groups (``unfilled_batch: fill``);
+    ``bound``: what ended the step's sampling, when not ``max_groups_per_step`` (agentic: the cap
+    ``max_traj_per_env``)."""
+    bound = bound or f"max_groups_per_step {limit}"
     return (f"dynamic sampling: {passed} of {wanted} {what} passed after {consumed} were consumed "
-            f"(max_groups_per_step {limit}); the batch is completed with the {wanted - passed} most recently "
+            f"({bound}); the batch is completed with the {wanted - passed} most recently "
             "filtered ones (unfilled_batch: fill). Usual when the policy solves most of the data.")
 
 

@@ -44,6 +44,11 @@ Rejoining: a replacement for a lost worker (started by
 lost worker's index (its rank) again. Every route is then dealt afresh over the live workers (new
 weights make every prefix cache stale, so nothing is lost by moving a route at a sync), and the
 lost worker's dispatcher, if it still waits, is replaced.
+
+Closing: at a run's end :meth:`close` stops the dispatchers before the workers are killed
+(``ray.kill`` is asynchronous: a scheduler still dispatching would see every worker die and report
+it lost). A closed scheduler reports and counts no loss, and fails its waiting and new requests
+with :class:`SchedulerClosed`.
 """
 
 from __future__ import annotations
@@ -63,6 +68,10 @@ logger = logging.getLogger("roll.rollout")
 
 #: a lock-step round that sees no arrival and no leave for this long is generated as it is
 LOCKSTEP_TIMEOUT_S = 30.0
+
+
+class SchedulerClosed(RuntimeError):
+    """A request to a closed generate scheduler: the run is shutting down."""
 
 
 def continuation_seed(seed: int | None, kept: int) -> int | None:
@@ -145,12 +154,14 @@ class GenerateScheduler:
         self.busy_s = 0.0  # wall time with at least one worker generating, up to busy_since
         self.busy_since: float | None = None
         self._dispatchers: list[asyncio.Task] = []  # one per worker index, then the lock-step rounds
+        self.closed = False  # see close()
+        self._waiting: set[asyncio.Future] = set()  # the futures of requests not answered yet
 
     # -- requests -----------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Queue ``request`` (for its worker, or for the lock-step round) and await its output."""
         self._start()
-        future = asyncio.get_running_loop().create_future()
+        future = self._future()
         self.stats_["requests"] += 1
         if self.players > 0:
             self.round.append(_Pending(request, future))
@@ -179,8 +190,7 @@ class GenerateScheduler:
 
     def _round_of(self, requests: list[GenerationRequest]) -> list[asyncio.Future]:
         self._start()
-        loop = asyncio.get_running_loop()
-        pending = [_Pending(r, loop.create_future()) for r in requests]
+        pending = [_Pending(r, self._future()) for r in requests]
         self.stats_["requests"] += len(pending)
         self.round.extend(pending)
         self.round_changed.set()
@@ -204,7 +214,18 @@ class GenerateScheduler:
     def _alive(self) -> list[int]:
         return [w for w in range(len(self.workers)) if w not in self.lost]
 
+    def _future(self) -> asyncio.Future:
+        """A request's future, tracked until it is answered (:meth:`close` fails those still waiting)."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.add(future)
+        future.add_done_callback(self._waiting.discard)
+        return future
+
     def _enqueue(self, pending: _Pending, *, front: bool = False) -> None:
+        if self.closed:
+            if not pending.future.done():
+                pending.future.set_exception(self._closed_error())
+            return
         if not self._alive():
             if not pending.future.done():
                 pending.future.set_exception(self._all_lost())
@@ -233,7 +254,11 @@ class GenerateScheduler:
         return InferenceLost(f"every actor_infer worker is gone: {ranks}")
 
     def _drop_worker(self, worker: int, exc: BaseException, batch: list[_Pending]) -> None:
-        """Failover: forget ``worker``, move its routes and requeue its requests to the survivors."""
+        """Failover: forget ``worker``, move its routes and requeue its requests to the survivors.
+
+        Not once closed: the run is killing its workers, which is no loss (and no one is left to serve)."""
+        if self.closed:
+            return
         if worker not in self.lost:
             self.lost[worker] = _first_line(exc)
             self.stats_["workers_lost"] += 1
@@ -252,6 +277,8 @@ class GenerateScheduler:
             self._enqueue(p, front=True)
 
     def _start(self) -> None:
+        if self.closed:
+            raise self._closed_error()
         if not self._dispatchers:
             loop = asyncio.get_running_loop()
             self._dispatchers = [loop.create_task(self._dispatch(w)) for w in range(len(self.workers))]
@@ -453,13 +480,34 @@ class GenerateScheduler:
             self._dispatchers[worker] = asyncio.get_running_loop().create_task(self._dispatch(worker))
         logger.warning("actor_infer rank %d rejoined; %d worker(s) serve", worker, len(self._alive()))
 
+    async def close(self) -> dict[int, str]:
+        """The run is ending: stop dispatching before the workers are killed; returns :meth:`lost_workers`.
+
+        Awaited by :meth:`InferGroup.shutdown <roll_core.workers.infer_group.InferGroup.shutdown>` before
+        its ``ray.kill`` calls. From now on no worker is reported or counted lost and no worker is pinged;
+        requests still waiting, and any sent later, fail with :class:`SchedulerClosed`.
+        """
+        self.closed = True
+        running = [t for t in self._dispatchers if not t.done()]
+        for task in running:  # a batch in flight is abandoned: its worker's death is not looked at
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for future in list(self._waiting):
+            if not future.done():
+                future.set_exception(self._closed_error())
+        return self.lost_workers()
+
+    def _closed_error(self) -> SchedulerClosed:
+        return SchedulerClosed("the generate scheduler is closed: the run is shutting down")
+
     def lost_workers(self) -> dict[int, str]:
         """Dropped workers (index = actor_infer rank) and why."""
         return dict(self.lost)
 
     async def check_workers(self, timeout_s: float = 5.0) -> dict[int, str]:
-        """Ping every live worker, drop the dead ones (moving their work), return :meth:`lost_workers`."""
-        alive = self._alive()
+        """Ping every live worker, drop the dead ones (moving their work), return :meth:`lost_workers`
+        (closed: no ping, the workers are being killed)."""
+        alive = [] if self.closed else self._alive()
         pings = [asyncio.wait_for(asyncio.ensure_future(self.workers[w].policy_version.remote()), timeout_s)
                  for w in alive]
         for w, result in zip(alive, await asyncio.gather(*pings, return_exceptions=True)):

@@ -8,7 +8,8 @@ while ``generate`` is busy; strategies see aborts between decode steps.
 
 A lost worker is failed over by the scheduler; at each weight sync the group starts a replacement
 where the cluster has room again and the scheduler takes it in once it has loaded the weights
-(:mod:`roll_core.distributed.replacement`).
+(:mod:`roll_core.distributed.replacement`). A sync asks the scheduler for the lost workers once (it
+pings every worker), in :meth:`InferGroup.prepare_replacements`; the rest of that sync uses the answer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from roll_core.workers.infer_worker import InferWorker
 
 if TYPE_CHECKING:
     from roll_core.run import Run
+
+#: seconds InferGroup.shutdown waits for the scheduler to close, then for the workers' strategies to stop
+CLOSE_TIMEOUT_S = 10.0
 
 
 class InferGroup:
@@ -58,16 +62,17 @@ class InferGroup:
         self.replacements = Replacements("actor_infer", start, placement=placement, config=config,
                                          options=worker_options)
         self._joining: dict[int, Any] | None = None  # replacements up at this sync (prepare_replacements)
+        self._sync_lost: dict[int, str] | None = None  # the lost workers as this sync found them (idem)
         self._localities: list[tuple[Any, Any]] = []  # (actor, its Locality), see localities()
         self.scheduler = start_generate_scheduler(self.workers, max_batch_size=max_batch_size or infer.infer_batch_size,
                                                   partial_rollout=getattr(config, "partial_rollout", True))
 
     def prepare_replacements(self) -> int:
-        """Before a weight sync: start replacements for lost workers where there is room; how many
-        are up and join at this sync (a caller that syncs adapters sends the base weights then)."""
-        import ray
-
-        lost = ray.get(self.scheduler.lost_workers.remote())
+        """Before a weight sync: find the lost workers, start replacements for them where there is
+        room; how many are up and join at this sync (a caller that syncs adapters sends the base
+        weights then). The lost workers found here serve the whole sync (:meth:`localities`,
+        :meth:`reload`), until :meth:`update_weights` ends it: one round of pings per sync."""
+        lost = self._sync_lost = self.lost_workers()
         self._joining = self.replacements.poll(lost) if lost else {}
         return len(self._joining)
 
@@ -81,6 +86,7 @@ class InferGroup:
         if self._joining is None:
             self.prepare_replacements()
         joining, self._joining = self._joining or {}, None
+        self._sync_lost = None  # the sync ends here: a worker lost from now on is found by the next
         refs = weights if isinstance(weights, list) else [ray.put(weights)]
         ray.get(self.scheduler.update_weights.remote(refs, version, joining=joining))
         still_lost = ray.get(self.scheduler.lost_workers.remote()) if joining else {}
@@ -111,7 +117,7 @@ class InferGroup:
         its form in the handoff)."""
         import ray
 
-        lost = self.lost_workers()
+        lost = self._lost_now()
         engines = [w for i, w in enumerate(self.workers) if i not in lost] + list((self._joining or {}).values())
         # an actor's node and device are fixed for its life: asked once per actor, not at every sync
         known = [next((loc for actor, loc in self._localities if actor is w), None) for w in engines]
@@ -135,7 +141,7 @@ class InferGroup:
         """Call ``method`` on every worker the scheduler has not dropped (a lost one is failed over)."""
         import ray
 
-        lost = self.lost_workers()
+        lost = self._lost_now()
         ray.get([getattr(w, method).remote() for i, w in enumerate(self.workers) if i not in lost])
 
     def lost_workers(self, timeout_s: float = 30.0) -> dict[int, str]:
@@ -143,6 +149,10 @@ class InferGroup:
         import ray
 
         return ray.get(self.scheduler.check_workers.remote(), timeout=timeout_s)
+
+    def _lost_now(self) -> dict[int, str]:
+        """The lost workers as the sync in progress found them, else (between syncs) asked now."""
+        return dict(self._sync_lost) if self._sync_lost is not None else self.lost_workers()
 
     def lost_ranks(self) -> list[tuple[int, str, str, str]]:
         """``(rank, node_id, node_ip, cause)`` of every lost worker (node unknown without a placement)."""
@@ -166,9 +176,24 @@ class InferGroup:
         return ray.get(self.scheduler.activity.remote())
 
     def shutdown(self) -> None:
+        """Close the scheduler, stop the live workers' strategies, then kill every actor.
+
+        In that order because ``ray.kill`` is asynchronous: a scheduler still dispatching while its
+        workers die would report each one lost at every run's end; and a killed actor runs no cleanup,
+        so a strategy is stopped first (vLLM's engine and its files in ``/dev/shm``). Each wait is
+        bounded by :data:`CLOSE_TIMEOUT_S`: a hung actor is killed all the same.
+        """
         import ray
 
         self.replacements.shutdown()
+        self._joining = self._sync_lost = None
+        try:
+            lost = ray.get(self.scheduler.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001  # gone, or hung: killed below all the same
+            lost = {}
+        stopping = [w.shutdown.remote() for i, w in enumerate(self.workers) if i not in lost]
+        if stopping:
+            ray.wait(stopping, num_returns=len(stopping), timeout=CLOSE_TIMEOUT_S)
         for actor in [self.scheduler, *self.workers]:
             try:
                 ray.kill(actor, no_restart=True)

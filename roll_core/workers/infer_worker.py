@@ -68,3 +68,10 @@ class InferWorker:
 
     def reload(self) -> None:
         self.strategy.reload()
+
+    def shutdown(self) -> None:
+        """Stop the strategy's engine (for those that have one to stop, e.g. vLLM's, which also removes its
+        files in ``/dev/shm``): called before the actor is killed, which runs no cleanup of its own."""
+        stop = getattr(self.strategy, "shutdown", None)
+        if callable(stop):
+            stop()

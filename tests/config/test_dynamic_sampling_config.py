@@ -106,5 +106,9 @@ def test_a_filter_that_max_traj_per_env_leaves_no_room_for_is_warned_about():
     data = {"sequence_length": 256, "rollout_batch_size": 8,
             "train_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 2, "group_size": 4,
                                   "max_traj_per_env": 1, "group_filter_cls": "equal_returns"}}
-    with pytest.warns(UserWarning, match=r"max_traj_per_env \(1\) leaves no episode to replace a dropped group"):
+    with pytest.warns(UserWarning, match=r"max_traj_per_env \(1\) leaves no episode to replace a dropped group.*"
+                      r"the first dropped group will stop the step"):
         validate_config(data)
+    with pytest.warns(UserWarning, match=r"a step in which a group is dropped is completed with filtered groups "
+                      r"\(unfilled_batch: fill\)"):
+        validate_config({**data, "unfilled_batch": "fill"})

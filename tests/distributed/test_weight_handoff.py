@@ -165,6 +165,50 @@ def test_a_dead_owners_weight_file_is_removed_and_a_live_ones_kept(tmp_path, cap
     assert remove_stale_weight_files(str(tmp_path)) == [str(locked)]
 
 
+#: an engine's owner (the vLLM strategy) that makes an adapter directory and a weights file, says where,
+#: and waits to be killed
+_ENGINE = """
+import os, sys, time
+from roll_core.distributed.weight_files import OwnedPaths
+paths = OwnedPaths(sys.argv[1])
+adapter = paths.create("vllm-lora-v3-1", directory=True)
+with open(os.path.join(adapter, "adapter_model.safetensors"), "wb") as f:
+    f.write(bytes(1000))
+print(adapter, paths.create("vllm-weights-ab12.safetensors"), flush=True)
+time.sleep(120)
+"""
+
+
+def test_owned_paths_live_with_their_owner_and_are_swept_when_it_is_killed(tmp_path):
+    engine = subprocess.Popen([sys.executable, "-c", _ENGINE, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        adapter, weights = engine.stdout.readline().split()
+        for path in (adapter, weights):  # named for their owner, as the trainer's handoff file
+            assert os.path.basename(path).startswith(f"roll-weights-{engine.pid}-")
+        assert remove_stale_weight_files(str(tmp_path)) == []  # a live owner's stay
+        assert os.path.isfile(os.path.join(adapter, "adapter_model.safetensors")) and os.path.isfile(weights)
+        engine.kill()  # a killed actor: no cleanup of its own
+        engine.wait()
+        assert sorted(remove_stale_weight_files(str(tmp_path))) == sorted([adapter, weights])
+        assert list(tmp_path.iterdir()) == []  # the directory with what it held
+    finally:
+        engine.kill()
+        engine.wait()
+    # in this process: remove takes one (with its contents), remove_all (a strategy's shutdown) the rest
+    from roll_core.distributed.weight_files import OwnedPaths
+
+    paths = OwnedPaths(str(tmp_path))
+    made = [paths.create("lora-v1", directory=True), paths.create("lora-v2", directory=True),
+            paths.create("w")]
+    (tmp_path / made[0] / "adapter_config.json").write_text("{}")
+    paths.remove(made[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(os.path.basename(p) for p in made[1:])
+    paths.remove_all()
+    assert list(tmp_path.iterdir()) == [] and paths.locks == {}
+    paths.remove(made[1])  # gone already: fine
+
+
 #: a trainer that writes its handoff file, says where, and waits to be killed
 _TRAINER = """
 import time, torch

@@ -311,7 +311,7 @@ def test_queue_at_max_groups_per_step_stops_or_fills_with_the_latest_filtered_gr
         # passed (0, 0); filtered (1, 0), (0, 1), (1, 1): the latest filtered completes the batch
         assert [(g.ticket.group_id, g.ticket.episode_id) for g in result["groups"]] == [(0, 0), (1, 1)]
         assert [t.episode_reward for t in result["groups"][1].trajectories] == [1.0, 1.0]  # the filtered group
-        assert result["refilled"] == 1
+        assert result["refilled"] == 1 and result["refill_bound"] == "max_groups_per_step 4"
         state = q.state_dict()
         assert sum(state["next_episode"]) == 4 == 1 + 3  # consumed = passed + filtered
         # the filter's state in the checkpoint covers the refill: a resumed queue plays what the run plays next
@@ -392,20 +392,56 @@ def test_async_admission_refills_the_capacity_a_filtered_group_frees():
     asyncio.run(main())
 
 
-def test_a_dropped_group_that_max_traj_per_env_cannot_replace_stops_with_the_setting():
+@pytest.mark.parametrize("unfilled", ["stop", "fill"])
+def test_a_dropped_group_that_max_traj_per_env_cannot_replace_stops_or_fills(unfilled):
+    """Every group started its max_traj_per_env episodes and one was dropped: nothing can replace it.
+    stop: the step stops naming the setting and the way on; fill: the filtered group completes the batch."""
     async def main():
         q = GroupQueue(mode="train", num_groups=2, group_size=2, seed_fn=lambda g, e: e, watchdog_interval_s=0,
-                       group_filter="equal_returns", max_episodes_per_group=1)
+                       group_filter="equal_returns", max_episodes_per_group=1, unfilled_batch=unfilled)
         q.attach(0, "w")
         batch = asyncio.ensure_future(q.get_batch(2))
         t0, t1 = await asyncio.gather(q.acquire(0, "w", 0), q.acquire(0, "w", 1))
-        q.report(0, "w", Report(releases=[Release(t0, "equal_returns", filtered=True)],
+        kept = GroupResult(t0, "T", group(t0, [1.0, 1.0]))
+        q.report(0, "w", Report(releases=[Release(t0, "equal_returns", filtered=True, group=kept)],
                                 groups=[GroupResult(t1, "T", group(t1, [0.0, 1.0]))]))
-        result = await batch
-        assert result["groups"] is None and "max_traj_per_env (1)" in result["error"]
-        assert "1 of 2 groups passed" in result["error"]
+        result = await asyncio.wait_for(batch, 10)
         q.close()
-    asyncio.run(main())
+        return result
+
+    result = asyncio.run(main())
+    if unfilled == "stop":
+        assert result["groups"] is None and "max_traj_per_env (1)" in result["error"]
+        assert "1 of 2 groups passed" in result["error"] and "unfilled_batch: fill" in result["error"]
+        return
+    assert [(g.ticket.group_id, g.ticket.episode_id) for g in result["groups"]] == [(1, 0), (0, 0)]
+    assert [t.episode_reward for t in result["groups"][1].trajectories] == [1.0, 1.0]  # the filtered group
+    assert result["filtered"] == {"equal_returns": 1} and result["refilled"] == 1
+    assert result["refill_bound"] == "every group started its max_traj_per_env (1) episodes"  # in the warning
+
+
+def test_fill_at_max_traj_per_env_with_too_few_filtered_groups_says_so():
+    """Two groups dropped, one of them sent without its samples: one filtered group cannot complete
+    a batch missing two; the step stops with the cap and how many were left."""
+    async def main():
+        q = GroupQueue(mode="train", num_groups=3, group_size=2, seed_fn=lambda g, e: e,
+                       watchdog_interval_s=0, group_filter="equal_returns", max_episodes_per_group=1,
+                       unfilled_batch="fill")
+        q.attach(0, "w")
+        batch = asyncio.ensure_future(q.get_batch(3))
+        t0, t1, t2 = await asyncio.gather(*(q.acquire(0, "w", g) for g in range(3)))
+        q.report(0, "w", Report(releases=[Release(t0, "equal_returns", filtered=True,
+                                                  group=GroupResult(t0, "T", group(t0, [1.0, 1.0]))),
+                                          Release(t1, "equal_returns", filtered=True)],
+                                groups=[GroupResult(t2, "T", group(t2, [0.0, 1.0]))]))
+        result = await asyncio.wait_for(batch, 10)
+        q.close()
+        return result
+
+    result = asyncio.run(main())
+    assert result["groups"] is None and "max_traj_per_env (1)" in result["error"]
+    assert "1 of 3 groups passed" in result["error"]
+    assert "unfilled_batch is fill, but only 1 filtered groups were left" in result["error"]
 
 
 def test_queue_state_after_a_filtered_batch_resumes_the_same_episodes():

@@ -288,3 +288,44 @@ def test_a_replacement_loads_the_sync_weights_rejoins_and_serves_new_and_moved_r
         await asyncio.gather(*(gen.generate(request(20 + i, f"env{i}")) for i in range(4)))
         assert replacement.batches[-1] == ["r20", "r21", "r22", "r23"] and gen.stats()["served"] == [6, 6]
     asyncio.run(main())
+
+
+def test_a_closed_scheduler_reports_no_loss_when_its_workers_are_killed(caplog):
+    """A run's end: InferGroup.shutdown closes the scheduler, then kills the workers (ray.kill is
+    asynchronous, so a batch may still be on a worker as it dies). That is no loss: nothing is logged
+    or counted, and the request still waiting fails with SchedulerClosed. An open scheduler seeing the
+    same death reports it and fails over (here to no one: InferenceLost)."""
+    import logging
+
+    import pytest
+
+    from roll_core.errors import InferenceLost
+    from roll_core.workers.generate_scheduler import SchedulerClosed
+
+    async def a_worker_dies_under_a_batch(close):
+        worker = DyingWorker("a", answers=0, delay=0.05)  # its batch fails as its actor is killed
+        gen = GenerateScheduler([worker], max_batch_size=4, max_wait_s=0.0)
+        waiting = asyncio.ensure_future(gen.generate(request(1, "env0")))
+        await asyncio.sleep(0.01)
+        assert worker.batches == [["r1"]]  # on the worker
+        if close:
+            assert await gen.close() == {}
+        with pytest.raises(SchedulerClosed if close else InferenceLost):
+            await waiting
+        checked = await gen.check_workers()  # a closed scheduler pings no one (its workers are being killed)
+        if close:
+            with pytest.raises(SchedulerClosed, match="the run is shutting down"):
+                await gen.generate(request(2, "env1"))
+        return gen.stats(), checked
+
+    with caplog.at_level(logging.WARNING, logger="roll.rollout"):
+        stats, checked = asyncio.run(a_worker_dies_under_a_batch(close=True))
+    assert (stats["workers_lost"], stats["requeued_lost"], stats["workers"], checked) == (0, 0, 1, {})
+    assert not [r for r in caplog.records if "is gone" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="roll.rollout"):
+        stats, checked = asyncio.run(a_worker_dies_under_a_batch(close=False))
+    assert (stats["workers_lost"], stats["workers"]) == (1, 0) and list(checked) == [0]
+    assert [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()] == [
+        "actor_infer rank 0 is gone (The actor died unexpectedly before finishing this task.); "
+        "0 worker(s) go on"]

@@ -4,6 +4,8 @@ weights; every output carries the version it ran under; the base weights are nev
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'roll-strategy-vllm[cpu]' or '[gpu]')")
@@ -48,6 +50,7 @@ def test_adapters_are_served_per_version(peaked_dir):
     from roll_core.strategies.lora import LoraAdapter
 
     engine = VLLMInferStrategy(peaked_dir, dtype="fp32", seed=0, max_batch_size=16, max_lora_rank=8)
+    served = []  # each version's adapter directory
     try:
         batch = prompts(6)
         base_out = [o.token_ids for o in engine.generate(batch)]
@@ -56,6 +59,7 @@ def test_adapters_are_served_per_version(peaked_dir):
             adapter = train.export_adapter()
             assert isinstance(adapter, LoraAdapter) and all("lora_" in k for k in adapter.tensors)
             engine.load_adapter(adapter, version=version)
+            served.append(engine._lora_dir)
             hf = HFInferStrategy(peaked_dir, device="cpu", dtype="fp32")
             hf.load_weights(train.export_weights(), version=version)
             ours, theirs = engine.generate(batch), hf.generate(batch)
@@ -68,8 +72,13 @@ def test_adapters_are_served_per_version(peaked_dir):
         fresh = trained_adapter(peaked_dir, 0).export_adapter()
         engine.load_adapter(fresh, version=3)
         assert [o.token_ids for o in engine.generate(batch)] == base_out
+        served.append(engine._lora_dir)
+        # named for this process (swept as a dead owner's if the worker is killed); only the served one stays
+        assert all(os.path.basename(d).startswith(f"roll-weights-{os.getpid()}-vllm-lora-v") for d in served)
+        assert [os.path.isdir(d) for d in served] == [False, False, True]
     finally:
         engine.shutdown()
+    assert not any(os.path.exists(d) for d in served)  # the last one too, at shutdown
 
 
 def test_load_adapter_needs_a_lora_engine(peaked_dir):

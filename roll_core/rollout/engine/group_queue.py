@@ -20,7 +20,9 @@ Dynamic sampling: filtered groups are released, and the queue admits fresh group
 place, at most ``max_groups_per_step`` groups a batch. Reached before the batch is full, the batch
 stops with the counts (``unfilled_batch: stop``) or (``fill``) no further group is admitted, the
 groups in flight finish, and the batch is completed with the most recent filtered groups (newest
-policy version, then latest episode: a sync run picks the same ones every time).
+policy version, then latest episode: a sync run picks the same ones every time). The same when
+``max_traj_per_env`` lets no group start another episode before the batch is full: ``stop`` stops
+naming that setting, ``fill`` completes the batch once the groups in flight have finished.
 """
 
 from __future__ import annotations
@@ -224,7 +226,11 @@ class GroupQueue:
             self.ready.sort(key=lambda g: g.ticket.serial)
             groups = self.ready[:num_groups]
             passed = len(groups)
+            bound = f"max_groups_per_step {max_groups(self.max_groups_per_step, num_groups)}"
             if error is None and len(groups) < num_groups and self._may_fill():
+                if not self._at_bound():  # the cap, not the bound, ended the batch's admissions
+                    cap = self.admission.max_per_group
+                    bound = f"every group started its max_traj_per_env ({cap}) episodes"
                 groups = self._completed(groups, num_groups)
                 error = None if groups is not None else self._exhausted(num_groups)
             if error is not None or groups is None or len(groups) < num_groups:
@@ -242,7 +248,7 @@ class GroupQueue:
             extra = time.monotonic() - self._enough_at if filtered and self._enough_at is not None else 0.0
             return {"groups": groups, "drops": drops, "pass_id": self.pass_id, "version": self.version,
                     "waited_s": time.monotonic() - started, "filtered": filtered, "filter_extra_s": extra,
-                    "refilled": len(groups) - passed}
+                    "refilled": len(groups) - passed, "refill_bound": bound}
 
     async def _wait_for(self, num_groups: int, started: float, stall_timeout: float | None) -> str | None:
         """None once ``num_groups`` groups are ready; else why the rollout cannot deliver them."""
@@ -281,17 +287,32 @@ class GroupQueue:
         if self._enough_at is None and dropped and len(self.ready) + dropped >= num_groups:
             self._enough_at = time.monotonic()
         limit = max_groups(self.max_groups_per_step, num_groups)
+        if self.unfilled.keeps_filtered:  # fill: completed at the bound or the cap, see _may_fill
+            return None
         if dropped and self._capped():
-            cap = self.admission.max_per_group
-            return (f"the group filter {self.group_filter!r} dropped {dropped} groups and no group may start another "
-                    f"episode this step: every group has started its max_traj_per_env ({cap}) episodes, and "
-                    f"{len(self.ready)} of {num_groups} groups passed. Raise train_env_manager.max_traj_per_env "
-                    "(or set -1) so that dropped groups can be replaced.")
-        if dropped + num_groups <= limit or self.unfilled.keeps_filtered:  # fill: see _may_fill
+            return self._capped_message(num_groups)
+        if dropped + num_groups <= limit:
             return None
         return self._exhausted(num_groups)
 
+    def _capped_message(self, num_groups: int) -> str:
+        """Why a batch stops when ``max_traj_per_env`` lets no dropped group be replaced (:meth:`_capped`)."""
+        dropped, cap = sum(self.filtered.values()), self.admission.max_per_group
+        head = (f"the group filter {self.group_filter!r} dropped {dropped} groups and no group may start "
+                f"another episode this step: every group has started its max_traj_per_env ({cap}) episodes, "
+                f"and {len(self.ready)} of {num_groups} groups passed. ")
+        if self.unfilled.keeps_filtered:
+            left = len(self.filtered_groups)
+            return head + (f"unfilled_batch is fill, but only {left} filtered groups were left to complete "
+                           "it with (stale ones are dropped): raise train_env_manager.max_traj_per_env "
+                           "(or set -1).")
+        return head + ("Raise train_env_manager.max_traj_per_env (or set -1) so that dropped groups can be "
+                       "replaced, or set unfilled_batch: fill to complete such a batch with the most "
+                       "recently filtered groups and go on.")
+
     def _exhausted(self, num_groups: int) -> str:
+        if self._capped():
+            return self._capped_message(num_groups)
         dropped = sum(self.filtered.values())
         return exhausted_message("groups", f"train_env_manager.group_filter_cls {self.group_filter!r}",
                                  len(self.ready), num_groups, len(self.ready) + dropped,
@@ -306,9 +327,15 @@ class GroupQueue:
         return sum(self.filtered.values()) + self._batch_groups > limit
 
     def _may_fill(self) -> bool:
-        """At the bound with nothing in flight or to replay: the batch is completed with filtered groups
-        (waiting for the groups in flight makes which groups a sync run trains the same every time)."""
-        return self._at_bound() and not self.outstanding and not any(self.admission.returned)
+        """At the bound, or capped by ``max_traj_per_env`` after the filter dropped groups, with nothing
+        in flight or to replay: the batch is completed with filtered groups (waiting for the groups in
+        flight makes which groups a sync run trains the same every time)."""
+        if self.outstanding or any(self.admission.returned):
+            return False
+        if self._at_bound():
+            return True
+        return (self.unfilled.keeps_filtered and self.group_filter is not None
+                and sum(self.filtered.values()) > 0 and self._capped())
 
     def _completed(self, passed: list[GroupResult], num_groups: int) -> list[GroupResult] | None:
         """``passed`` plus the most recent filtered groups (newest version, latest episode), or None."""
@@ -318,7 +345,7 @@ class GroupQueue:
     def _capped(self) -> bool:
         """Nothing runs or is planned and ``max_traj_per_env`` lets no group start another episode."""
         admission = self.admission
-        if admission.max_per_group is None or self.outstanding:
+        if admission.max_per_group is None or self.outstanding or any(admission.returned):
             return False
         planned = getattr(admission, "planned", [0] * admission.num_groups)
         return not any(planned) and not any(admission.under_cap(g) for g in range(admission.num_groups))

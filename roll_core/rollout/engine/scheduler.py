@@ -205,7 +205,7 @@ class RolloutScheduler:
                     passed = len(groups) - result["refilled"]
                     logger.warning("the %s rollout: %s", self.spec.mode, refilled_message(
                         "groups", passed, len(groups), passed + sum(result["filtered"].values()),
-                        max_groups(self.spec.max_groups_per_step, len(groups))))
+                        max_groups(self.spec.max_groups_per_step, len(groups)), result.get("refill_bound")))
             return build_batch(trajectories, granularity=self.spec.granularity, pad_id=self.codec.pad_token_id,
                                metrics=metrics)
 

