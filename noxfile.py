@@ -348,9 +348,10 @@ def _has_extra(path: Path, extra: str) -> bool:
 
 
 def _drop_incompatible(session: nox.Session) -> None:
-    """torchvision/torchaudio from PyPI break transformers next to the CPU torch build."""
-    session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
-                silent=True)
+    """torchvision/torchaudio from PyPI break transformers next to the CPU torch build. Part of the
+    install (``run_install``), so a venv prepared with ``--install-only`` is usable too."""
+    session.run_install("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
+                        silent=True)
 
 
 if os.environ.get("CI"):

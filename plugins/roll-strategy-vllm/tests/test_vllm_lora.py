@@ -12,6 +12,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'roll-str
 
 import torch  # noqa: E402
 
+from roll_core.distributed.weight_files import owned_file_name  # noqa: E402
 from roll_core.strategies.base import GenerationRequest, SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
@@ -74,7 +75,8 @@ def test_adapters_are_served_per_version(peaked_dir):
         assert [o.token_ids for o in engine.generate(batch)] == base_out
         served.append(engine._lora_dir)
         # named for this process (swept as a dead owner's if the worker is killed); only the served one stays
-        assert all(os.path.basename(d).startswith(f"roll-weights-{os.getpid()}-vllm-lora-v") for d in served)
+        owner = os.path.basename(owned_file_name("x"))[:-len("x")]  # roll-weights-<pid>-<start>-
+        assert [os.path.basename(d) for d in served] == [f"{owner}vllm-lora-v{v}-{v}" for v in (1, 2, 3)]
         assert [os.path.isdir(d) for d in served] == [False, False, True]
     finally:
         engine.shutdown()
