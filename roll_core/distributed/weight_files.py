@@ -1,9 +1,9 @@
 """Shared-memory weight files and their owners: a file names the process that writes it, so files left
 by dead runs can be found and removed without touching a live run's.
 
-Low in the layers (the reaper, which runs after a killed run, sweeps them; the weight handoff in
-:mod:`roll_core.workers.weight_handoff` names and writes them; :class:`OwnedPaths` makes such files
-and directories for the inference engines that read weights or adapters from a path, vLLM's).
+Low in the layers (the reaper, which runs after a killed run, sweeps them). :class:`OwnedPaths` makes
+such files and directories: the trainer's handoff file (:mod:`roll_core.workers.weight_handoff`) and
+what inference engines read weights or adapters from (vLLM's).
 """
 
 from __future__ import annotations
@@ -122,9 +122,11 @@ class OwnedPaths:
         self.parent = parent
         self.locks: dict[str, int] = {}  # path -> the open, locked descriptor that keeps it owned
 
-    def create(self, tag: str, *, directory: bool = False) -> str:
+    def create(self, tag: str, *, directory: bool = False, size: int = 0) -> str:
         """A new empty file (or directory) named for this process and ``tag`` (unique among the live
-        ones of this process), after removing what dead owners left in ``parent``; returns its path."""
+        ones of this process), after removing what dead owners left in ``parent``; returns its path.
+        ``size``: bytes reserved for a file now, so a full ``/dev/shm`` fails here (ENOSPC, nothing
+        left behind) rather than as SIGBUS on a later write through a mapping."""
         remove_stale_weight_files(self.parent)  # room for this one: what killed runs left behind goes first
         path = os.path.join(self.parent, owned_file_name(tag))
         if directory:
@@ -134,6 +136,8 @@ class OwnedPaths:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives: see remove_stale_weight_files
+            if size and not directory:
+                os.posix_fallocate(fd, 0, size)
         except OSError:
             os.close(fd)
             _remove(path)

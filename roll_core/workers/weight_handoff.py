@@ -24,7 +24,8 @@ object store with its reason logged. The handoff itself is small (names, shapes,
 A run killed with SIGKILL cannot remove its ``/dev/shm`` file (RAM the model's size). So the file's
 name carries its owner, the writing process, as ``roll-weights-<pid>-<start time>-<tag>`` (the start
 time guards against a reused pid), the owner holds a lock on it while it lives (``flock``, released
-by the kernel when it dies), and :func:`remove_stale_weight_files` removes every such file whose
+by the kernel when it dies; :class:`~roll_core.distributed.weight_files.OwnedPaths` makes it), and
+:func:`~roll_core.distributed.weight_files.remove_stale_weight_files` removes every such file whose
 owner is gone: a writer does so before it creates its file, and the driver's reaper
 (:mod:`roll_core.distributed.reaper`) after a killed run. A live owner's file is never touched
 (another run on the machine may be syncing through it).
@@ -33,14 +34,12 @@ owner is gone: a writer does so before it creates its file, and the driver's rea
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import logging
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from roll_core.distributed.weight_files import SHM_DIR, owned_file_name, remove_stale_weight_files
+from roll_core.distributed.weight_files import OwnedPaths
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +194,7 @@ class HandoffWriter:
         self.tag = tag or uuid.uuid4().hex[:12]
         self.shm_path: str | None = None
         self._shm: Any = None
-        self._lock: int | None = None  # the open, locked file (see remove_stale_weight_files)
+        self._files = OwnedPaths()  # the /dev/shm file: named for this process, locked while it lives
         self._gpu: Any = None
         self._layout: Layout | None = None
 
@@ -236,18 +235,8 @@ class HandoffWriter:
         layout = Layout.of(weights)
         if self._shm is None or self._shm.numel() != layout.nbytes:
             self.close_shm()
-            remove_stale_weight_files()  # room for this one: what killed runs left behind goes first
-            path = os.path.join(SHM_DIR, owned_file_name(self.tag))
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives: the file is in use
-                os.posix_fallocate(fd, 0, layout.nbytes)  # ENOSPC here, not SIGBUS on a later write
-            except OSError:
-                os.close(fd)
-                os.unlink(path)
-                raise
-            self.shm_path, self._lock = path, fd
-            self._shm = torch.from_file(path, shared=True, size=layout.nbytes, dtype=torch.uint8)
+            self.shm_path = self._files.create(self.tag, size=layout.nbytes)  # ENOSPC here, not SIGBUS later
+            self._shm = torch.from_file(self.shm_path, shared=True, size=layout.nbytes, dtype=torch.uint8)
         layout.write(self._shm, weights)
         return layout
 
@@ -286,14 +275,8 @@ class HandoffWriter:
         return (layout, *reduce_tensor(self._gpu))
 
     def close_shm(self) -> None:
-        if self.shm_path:
-            try:
-                os.unlink(self.shm_path)
-            except FileNotFoundError:
-                pass
-        if self._lock is not None:
-            os.close(self._lock)
-        self._shm, self.shm_path, self._lock = None, None, None
+        self._files.remove(self.shm_path)
+        self._shm, self.shm_path = None, None
 
     def close(self) -> None:
         """Remove the shared-memory file and free the GPU buffer (the worker is going away)."""

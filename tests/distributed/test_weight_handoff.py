@@ -207,6 +207,12 @@ def test_owned_paths_live_with_their_owner_and_are_swept_when_it_is_killed(tmp_p
     paths.remove_all()
     assert list(tmp_path.iterdir()) == [] and paths.locks == {}
     paths.remove(made[1])  # gone already: fine
+    # a file's size is reserved at creation: one that cannot be has nothing left behind, no lock held
+    assert os.path.getsize(paths.create("sized", size=4096)) == 4096
+    paths.remove_all()
+    with pytest.raises(OSError):
+        paths.create("too-large", size=1 << 62)
+    assert list(tmp_path.iterdir()) == [] and paths.locks == {}
 
 
 #: a trainer that writes its handoff file, says where, and waits to be killed
