@@ -17,6 +17,9 @@ Usage::
         --setting starpo --setting gigpo config=examples/sokoban/gigpo.yaml --seeds 42 43 44
     # --no-run: only read and compare the runs already under --out; --add-json FILE:SETTING adds a
     # setting recorded by an earlier comparison's --json (a baseline that is not run again)
+    # --metric: another validation scalar, e.g. an RLVR domain's val/accuracy/addition
+    python benchmarks/learning_seeds.py examples/rlvr/smollm2_lora.yaml --out runs/learning/smollm2 \
+        --setting format --seeds 42 43 44 --metric val/accuracy/addition
 """
 
 from __future__ import annotations
@@ -62,16 +65,16 @@ def run_one(config: str, out: Path, overrides: list[str], seed: int) -> dict:
     return record
 
 
-def curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(step, val/success) of a run, from its TensorBoard event files."""
+def curve(run_dir: Path, key: str = KEY) -> list[tuple[int, float]]:
+    """(step, value of ``key``: val/success unless told) of a run, from its TensorBoard event files."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     points: dict[int, float] = {}
     for events in sorted(run_dir.glob("events.out.tfevents.*")):
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
         acc.Reload()
-        if KEY in acc.Tags().get("scalars", []):
-            points.update({int(e.step): float(e.value) for e in acc.Scalars(KEY)})
+        if key in acc.Tags().get("scalars", []):
+            points.update({int(e.step): float(e.value) for e in acc.Scalars(key)})
     return sorted(points.items())
 
 
@@ -99,7 +102,8 @@ def spread(values: list[float]) -> str:
     return f"{mean:.2f} ± {statistics.stdev(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: str, title: str) -> None:
+def plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: str, title: str,
+         ylabel: str = "validation success") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,7 +118,7 @@ def plot(curves: dict[str, dict[int, list[tuple[int, float]]]], path: str, title
         mean = [statistics.fmean(dict(p)[s] for p in by_seed.values()) for s in steps]
         ax.plot(steps, mean, color=color, linewidth=2.4, label=f"{setting} (mean of {len(by_seed)} seeds)")
     ax.set_xlabel("step (0: after the warm start)")
-    ax.set_ylabel("validation success")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
@@ -139,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                         "measured in another comparison is not run again")
     parser.add_argument("--plot", help="PNG of the curves (seeds thin, mean bold)")
     parser.add_argument("--json", help="write every run's curve and summary here")
+    parser.add_argument("--metric", default=KEY, help=f"the validation scalar compared (default {KEY}; RLVR: "
+                        "val/accuracy/<domain> or val/reward_mean)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     curves: dict[str, dict[int, list[tuple[int, float]]]] = {}
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name} seed {seed}: exit {record['returncode']}; see {run_dir / 'run.log'}")
                     continue
                 print(f"{name} seed {seed}: done in {record['wall_s']:.0f}s", flush=True)
-            points = curve(run_dir)
+            points = curve(run_dir, args.metric)
             if points:
                 curves.setdefault(name, {})[seed] = points
                 records[f"{name}_s{seed}"] = {"curve": points, **summarise(points)}
@@ -166,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {len(sums)} | {spread([s['start'] for s in sums])} | {spread([s['final'] for s in sums])} "
               f"| {spread([s['best'] for s in sums])} | {spread([s['last3'] for s in sums])} |")
     if args.plot and curves:
-        plot(curves, args.plot, f"{' / '.join(dict.fromkeys(Path(c).name for _, c, _ in settings))}: validation success over {len(args.seeds)} seeds")
+        configs = " / ".join(dict.fromkeys(Path(c).name for _, c, _ in settings))
+        what = "validation success" if args.metric == KEY else args.metric
+        plot(curves, args.plot, f"{configs}: {what} over {len(args.seeds)} seeds", what)
         print(f"plot: {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))

@@ -49,6 +49,11 @@ accuracy must stay within noise of the start, which guards against reward leaks.
         --out runs/learning/vs_trl --json benchmarks/results/learning_vs_trl.json \\
         --plot docs/images/learning_vs_trl.png
     python benchmarks/learning_vs_trl.py --quick      # 4 steps a side: a smoke test
+
+``--roll-setting NAME KEY=VALUE ...`` adds a roll side with overrides (e.g. ``async1
+async_generation_ratio=1``: the next batch generated while the current one trains, roll's use of a
+second core that TRL's trainer has no counterpart for on CPU); ``--trl-threads N`` gives TRL's
+process N torch threads (default 1, as each roll worker has), its side then named ``trl_tN``.
 """
 
 from __future__ import annotations
@@ -117,11 +122,11 @@ def initial_model(out: Path, seed: int) -> str:
     return str(path)
 
 
-def roll_side(out: Path, seed: int, init: str, steps: int, every: int, *, reward: str | None = None) -> dict:
-    name = "control" if reward else "roll"
+def roll_side(out: Path, seed: int, init: str, steps: int, every: int, *, name: str = "roll",
+              reward: str | None = None, extra: list[str] = ()) -> dict:
     run = out / f"{name}_s{seed}"
     overrides = [f"pretrain={init}", "warmup_sft.steps=0", f"max_steps={steps}", f"eval_steps={every}",
-                 "save_steps=0", "save_best=false"]
+                 "save_steps=0", "save_best=false", *extra]
     env = None
     if reward:  # training rewarded by `reward`; validation still scored by math_verify, as its own domain
         heldout = out / "heldout.jsonl"
@@ -159,13 +164,14 @@ def score(questions: list[str], completions: list[str], solutions: list[str]) ->
     return [math_verify_reward(q, c, s) for q, c, s in zip(questions, completions, solutions, strict=True)]
 
 
-def trl_side(out: Path, seed: int, init: str, steps: int, every: int) -> dict:
+def trl_side(out: Path, seed: int, init: str, steps: int, every: int, *, name: str = "trl", threads: int = 1) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    record = out / f"trl_s{seed}" / "result.json"
+    torch.set_num_threads(threads)
+    record = out / f"{name}_s{seed}" / "result.json"
     if record.is_file():
         return json.loads(record.read_text())
     tokenizer = AutoTokenizer.from_pretrained(init)
@@ -210,7 +216,7 @@ def trl_side(out: Path, seed: int, init: str, steps: int, every: int) -> dict:
             self.started = time.perf_counter()
 
     config = GRPOConfig(
-        output_dir=str(out / f"trl_s{seed}"), use_cpu=True, seed=seed, report_to=[], save_strategy="no",
+        output_dir=str(out / f"{name}_s{seed}"), use_cpu=True, seed=seed, report_to=[], save_strategy="no",
         logging_steps=10**6, disable_tqdm=True, dataloader_num_workers=0, model_init_kwargs={"dtype": "float32"},
         per_device_train_batch_size=PER_DEVICE, gradient_accumulation_steps=1, steps_per_generation=STEPS_PER_ROLLOUT,
         num_generations=GROUP, max_completion_length=1, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
@@ -249,13 +255,12 @@ def plot(results: dict, path: str) -> None:
     from matplotlib import pyplot as plt
 
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4), dpi=110)
-    for i, side in enumerate(("roll", "trl", "control")):
+    names = {"roll": "roll", "trl": "TRL GRPOTrainer", "control": "roll, reward ignores the response"}
+    for i, side in enumerate(dict.fromkeys(r["side"] for r in results["runs"])):
         runs = [r for r in results["runs"] if r["side"] == side]
-        if not runs:
-            continue
         for j, run in enumerate(runs):
             steps, values = zip(*run["curve"])
-            label = {"roll": "roll", "trl": "TRL GRPOTrainer", "control": "roll, reward ignores the response"}[side]
+            label = names.get(side, side)
             kwargs = {"color": f"C{i}", "alpha": 0.8, "linewidth": 1.4, "label": label if j == 0 else None}
             by_step.plot(steps, values, **kwargs)
             by_time.plot([s * run["step_s"] / 60 for s in steps], values, **kwargs)
@@ -281,6 +286,10 @@ def main() -> None:
     p.add_argument("--every", type=int, default=25, help="validate every N RL steps")
     p.add_argument("--control", action="store_true", help="also run roll with a reward that ignores the response")
     p.add_argument("--out", default="runs/learning/vs_trl", help="one folder per run (finished runs are reused)")
+    p.add_argument("--roll-setting", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
+                   help="another roll side with these overrides, e.g. async1 async_generation_ratio=1 (repeatable)")
+    p.add_argument("--trl-threads", type=int, default=1, help="torch threads of TRL's process (default 1, as each "
+                   "roll worker has)")
     args = p.parse_args()
     if args.quick:
         args.seeds, args.steps, args.every = args.seeds[:1], 4, 2
@@ -288,17 +297,19 @@ def main() -> None:
     import torch
     import trl
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.trl_threads)
     out = Path(args.out) / ("quick" if args.quick else "")
     results = measure.print_header("learning: roll's GRPO vs TRL's GRPOTrainer, same model, prompts and reward",
                                    args)
+    trl_name = "trl" if args.trl_threads == 1 else f"trl_t{args.trl_threads}"
     results.update({"seeds": args.seeds, "steps": args.steps, "every": args.every, "trl": trl.__version__,
-                    "runs": []})
+                    "trl_threads": args.trl_threads, "runs": []})
     for seed in args.seeds:
         init = initial_model(out, seed)
-        sides = [("roll", roll_side, {}), ("trl", trl_side, {})]
+        sides = [("roll", roll_side, {}), (trl_name, trl_side, {"name": trl_name, "threads": args.trl_threads})]
+        sides += [(name, roll_side, {"name": name, "extra": extra}) for name, *extra in args.roll_setting]
         if args.control:
-            sides.append(("control", roll_side, {"reward": "coin"}))
+            sides.append(("control", roll_side, {"name": "control", "reward": "coin"}))
         for side, train, options in sides:
             got = train(out, seed, init, args.steps, args.every, **options)
             results["runs"].append({"side": side, "seed": seed, **got, **summary(got["curve"])})
@@ -306,18 +317,19 @@ def main() -> None:
             print(f"  seed {seed} {side}: start {s['start']:.2f}, final {s['final']:.2f}, best {s['best']:.2f}, "
                   f"{got['step_s']:.2f} s/step", flush=True)
     print("\n| side | seeds | start | final | best | mean of last 3 | s per step (median) |\n|---|---|---|---|---|---|---|")
-    for side in ("roll", "trl", "control"):
-        runs = [r for r in results["runs"] if r["side"] == side]
-        if runs:
-            print(f"| {side} | {len(runs)} | " + " | ".join(spread([r[k] for r in runs])
-                                                          for k in ("start", "final", "best", "last3"))
-                  + f" | {statistics.median(r['step_s'] for r in runs):.2f} |")
-    roll_runs = {r["seed"]: r for r in results["runs"] if r["side"] == "roll"}
-    trl_runs = {r["seed"]: r for r in results["runs"] if r["side"] == "trl"}
-    measure.report(results, "roll / TRL time per step", [roll_runs[s]["step_s"] / trl_runs[s]["step_s"]
-                                                         for s in args.seeds], ratio=True)
-    measure.report(results, "roll - TRL final held-out accuracy", [roll_runs[s]["final"] - trl_runs[s]["final"]
-                                                                  for s in args.seeds])
+    by_side = {side: {r["seed"]: r for r in results["runs"] if r["side"] == side}
+               for side in dict.fromkeys(r["side"] for r in results["runs"])}
+    for side, runs in by_side.items():
+        print(f"| {side} | {len(runs)} | " + " | ".join(spread([r[k] for r in runs.values()])
+                                                      for k in ("start", "final", "best", "last3"))
+              + f" | {statistics.median(r['step_s'] for r in runs.values()):.2f} |")
+    trl_runs = by_side[trl_name]
+    for side in ["roll"] + [name for name, *_ in args.roll_setting]:
+        label = "roll" if side == "roll" else f"roll {side}"
+        measure.report(results, f"{label} / TRL time per step",
+                       [by_side[side][s]["step_s"] / trl_runs[s]["step_s"] for s in args.seeds], ratio=True)
+        measure.report(results, f"{label} - TRL final held-out accuracy",
+                       [by_side[side][s]["final"] - trl_runs[s]["final"] for s in args.seeds])
     if args.plot:
         plot(results, args.plot)
         print(f"plot: {args.plot}")

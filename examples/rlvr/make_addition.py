@@ -6,8 +6,9 @@ that never occur in training (neither order). Each validation prompt appears twi
 ``addition`` (scored by ``math_verify``: is the final number the sum?) and tagged ``answer_format``
 (scored by ``regex``: is the response only the number?), so the validation reward is the mean of
 correctness and format and each part is reported on its own (``val/accuracy/addition``,
-``val/accuracy/answer_format``). Training rows are ``addition`` only: the policy is paid for
-correct sums, never for the format alone.
+``val/accuracy/answer_format``). Training has each pair under both tags too, so a run pays for
+the format by drawing ``answer_format`` rows (``domain_interleave_probs`` in the config says how
+often); a run that draws ``addition`` only is paid for correct sums alone.
 
 Only the standard library; a fixed seed, so the shipped files are reproducible::
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     for a, b in train:
         if rng.random() < 0.5:  # both orders appear in training
             a, b = b, a
-        train_rows.append(row(a, b, "addition"))
+        train_rows.extend(row(a, b, tag) for tag in ("addition", "answer_format"))
     val_rows = [row(a, b, tag) for a, b in held_out for tag in ("addition", "answer_format")]
     args.out.mkdir(parents=True, exist_ok=True)
     for name, rows in (("addition_train.jsonl", train_rows), ("addition_val.jsonl", val_rows)):

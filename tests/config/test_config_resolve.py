@@ -269,6 +269,7 @@ def test_smollm2_lora_example_resolves_and_holds_out_its_validation_pairs():
 
     train_rows, train_pairs = pairs("addition_train.jsonl")
     val_rows, val_pairs = pairs("addition_val.jsonl")
-    assert {r["tag"] for r in train_rows} == {"addition"}
+    assert {r["tag"] for r in train_rows} == {"addition", "answer_format"}  # a run may pay for the format
+    assert run.config.actor_train.data_args.domain_interleave_probs == {"addition": 1.0, "answer_format": 0.0}
     assert sorted(r["tag"] for r in val_rows) == ["addition"] * 32 + ["answer_format"] * 32
     assert len(val_pairs) == 32 and not val_pairs & train_pairs  # held out, in either order
