@@ -291,6 +291,10 @@ def main() -> None:
     p.add_argument("--trl-threads", type=int, default=1, help="torch threads of TRL's process (default 1, as each "
                    "roll worker has)")
     args = p.parse_args()
+    taken = [name for name, *_ in args.roll_setting if name in {"roll", "trl", "control"} or name.startswith("trl_t")]
+    if taken:
+        p.error(f"--roll-setting {taken[0]}: that name is a built-in side's (roll, trl, trl_tN, control); "
+                "choose another, e.g. async1")
     if args.quick:
         args.seeds, args.steps, args.every = args.seeds[:1], 4, 2
     measure.setup_env()
