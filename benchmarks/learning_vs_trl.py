@@ -64,6 +64,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import measure
@@ -123,7 +124,7 @@ def initial_model(out: Path, seed: int) -> str:
 
 
 def roll_side(out: Path, seed: int, init: str, steps: int, every: int, *, name: str = "roll",
-              reward: str | None = None, extra: list[str] = ()) -> dict:
+              reward: str | None = None, extra: Sequence[str] = ()) -> dict:
     run = out / f"{name}_s{seed}"
     overrides = [f"pretrain={init}", "warmup_sft.steps=0", f"max_steps={steps}", f"eval_steps={every}",
                  "save_steps=0", "save_best=false", *extra]
@@ -164,13 +165,13 @@ def score(questions: list[str], completions: list[str], solutions: list[str]) ->
     return [math_verify_reward(q, c, s) for q, c, s in zip(questions, completions, solutions, strict=True)]
 
 
-def trl_side(out: Path, seed: int, init: str, steps: int, every: int, *, name: str = "trl", threads: int = 1) -> dict:
+def trl_side(out: Path, seed: int, init: str, steps: int, every: int, *, name: str = "trl") -> dict:
+    """TRL's run; its torch threads are the process's (``--trl-threads``, set once in main)."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(threads)
     record = out / f"{name}_s{seed}" / "result.json"
     if record.is_file():
         return json.loads(record.read_text())
@@ -310,7 +311,7 @@ def main() -> None:
                     "trl_threads": args.trl_threads, "runs": []})
     for seed in args.seeds:
         init = initial_model(out, seed)
-        sides = [("roll", roll_side, {}), (trl_name, trl_side, {"name": trl_name, "threads": args.trl_threads})]
+        sides = [("roll", roll_side, {}), (trl_name, trl_side, {"name": trl_name})]
         sides += [(name, roll_side, {"name": name, "extra": extra}) for name, *extra in args.roll_setting]
         if args.control:
             sides.append(("control", roll_side, {"name": "control", "reward": "coin"}))
