@@ -65,6 +65,12 @@ class RewardConfig(WorkerConfig):
     reward_type: str | None = Field(None, description="Registered reward function; default: the domain key.")
     tag_included: list[str] = Field(default_factory=list, description="Data tags scored by this domain.")
     response_length_penalty_coef: float = 0.0
+    required_format: str | None = Field(
+        None, description="roll: a regular expression (re.search) a response must match to keep its whole score; "
+        "one that does not keeps unformatted_credit of it. The format is paid only with the answer (a well-formed "
+        "wrong reply earns nothing), unlike a second domain that pays for the format alone.")
+    unformatted_credit: float = Field(0.5, ge=0.0, le=1.0, description="roll: with required_format, the share of "
+                                      "its score a response that does not match keeps.")
     query_filter_config: RewardFilterConfig = Field(
         default_factory=RewardFilterConfig, description="Drop a prompt whose group's rewards fail the filter "
         "(training only); another prompt takes its place (see is_use_additional_prompts, max_groups_per_step).")

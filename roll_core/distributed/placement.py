@@ -174,6 +174,16 @@ class Placement:
         self.ranks[role][rank] = new
         return new
 
+    def arrived(self, role: str, rank: int, node_id: str, node_ip: str) -> RankPlacement:
+        """Record the node a rank's replacement came up on. :meth:`relocate` reads where the bundle
+        is when the replacement starts; a node that went without a word is still "alive" to Ray
+        until its heartbeats are missed, and Ray then moves the bundle (and the starting actor) to a
+        node that joins, so the actor's own answer is the one to keep."""
+        old = self.ranks[role][rank]
+        if (old.node_id, old.node_ip) != (node_id, node_ip):
+            self.ranks[role][rank] = replace(old, node_id=node_id, node_ip=node_ip)
+        return self.ranks[role][rank]
+
     def actor_options(self, config: Any, where: RankPlacement) -> dict[str, Any]:
         """Ray actor options that put a rank into its bundle with its devices and the run's variables."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

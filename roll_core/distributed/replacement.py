@@ -61,12 +61,14 @@ class Replacements:
             if ref not in done:
                 continue
             try:
-                ray.get(ref)
+                node_id, node_ip = ray.get(ref)
             except ray.exceptions.RayError as exc:  # it died starting (its node went too): tried again later
                 logger.warning("%s rank %d: the replacement did not start (%s)", self.role, rank,
                                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
                 self.discard(rank)
                 continue
+            if self.placement is not None:  # where it came up: the bundle may have moved since it was started
+                self.placement.arrived(self.role, rank, node_id, node_ip)
             up[rank] = actor
         return up
 

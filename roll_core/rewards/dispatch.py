@@ -5,6 +5,9 @@
 the bound registration (no name is looked up here). A domain's
 ``format_pattern`` is passed to its function as ``pattern`` (the ``regex`` reward's pattern), and
 ``response_length_penalty_coef`` subtracts ``coef * response tokens`` from the score.
+``required_format`` combines a format with any reward: a response that does not match it keeps
+``unformatted_credit`` of its score, so the format is paid only together with the answer (a second
+domain paying for the format alone taught a small model bare *wrong* numbers: docs/learning.md).
 
 A reward function that declares a ``row`` parameter also receives the dataset row's other
 columns (e.g. ROLL's code ``test_cases`` / ``case_type`` for ``code_sandbox``).
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +45,8 @@ class DomainReward:
     options: dict[str, Any] = field(default_factory=dict)
     length_penalty: float = 0.0
     wants_row: bool = False  # the function declares a ``row`` parameter
+    required_format: re.Pattern[str] | None = None
+    unformatted_credit: float = 1.0
 
 
 class RewardDispatcher:
@@ -56,8 +62,11 @@ class RewardDispatcher:
             reg = bound[domain]
             options = {"pattern": cfg.format_pattern} if cfg.format_pattern else {}
             fn = build_reward(reg.load(), cfg, seed, **(services or {}))
-            self.domains[domain] = DomainReward(reg.name, fn, options, float(cfg.response_length_penalty_coef or 0.0),
-                                                _takes_row(fn))
+            required = cfg.required_format
+            self.domains[domain] = DomainReward(
+                reg.name, fn, options, float(cfg.response_length_penalty_coef or 0.0), _takes_row(fn),
+                re.compile(required, re.DOTALL) if required else None,
+                float(cfg.unformatted_credit) if required else 1.0)
 
     def score(self, domain: str, prompt: str, response: str, reference: str | None,
               response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool]:
@@ -67,7 +76,9 @@ class RewardDispatcher:
                             f"{', '.join(self.domains)}.{did_you_mean(domain, self.domains)}")
         extra = {"row": dict(row or {})} if spec.wants_row else {}
         raw = float(spec.fn(prompt, response, reference, **spec.options, **extra))
-        return raw - spec.length_penalty * response_tokens, raw > 0
+        paid = raw if spec.required_format is None or spec.required_format.search(response or "") else \
+            raw * spec.unformatted_credit
+        return paid - spec.length_penalty * response_tokens, raw > 0
 
     def score_checked(self, domain: str, prompt: str, response: str, reference: str | None,
                       response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool, str]:

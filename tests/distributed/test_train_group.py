@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,7 @@ def test_probes_answer_from_inside_their_bundles_and_a_live_rank_relocates_in_pl
 
     from roll_core.distributed.layout import build_layout
     from roll_core.distributed.placement import Placement, probe_bundles
+    from roll_core.distributed.replacement import Replacements
 
     placement = Placement.create(build_layout(make_run(tmp_path, 2, per_device=4).config, ["actor_train"], on_gpus=False))
     try:
@@ -79,6 +82,26 @@ def test_probes_answer_from_inside_their_bundles_and_a_live_rank_relocates_in_pl
         assert [a[0] for a in answers] == [node, node] and all(a[2] == [] for a in answers)
         before = placement.ranks["actor_train"][1]
         assert placement.relocate("actor_train", 1) == before  # its bundle is on a live node: a replacement goes there
+
+        # the record keeps where the replacement came up, not where its bundle was when it started: a
+        # node lost without a word is still alive to Ray until its heartbeats are missed, then its
+        # bundle (and the starting actor) move to a node that joins
+        @ray.remote(num_cpus=0)
+        class Rank:
+            def node(self) -> tuple[str, str]:
+                return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+        def start(options):
+            placement.ranks["actor_train"][1] = replace(before, node_id="f" * 56, node_ip="10.9.9.9")  # the stale view
+            return Rank.options(**options).remote()
+
+        replacements = Replacements("actor_train", start, placement=placement, config=make_run(tmp_path, 2, 4).config)
+        deadline = time.monotonic() + 120
+        while not (up := replacements.poll([1])) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(up) == [1] and replacements.started == 1
+        assert placement.ranks["actor_train"][1] == before  # its node, from the actor's own answer
+        replacements.shutdown()
     finally:
         placement.remove()
 

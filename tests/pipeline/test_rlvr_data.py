@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from roll_core.config import load_config
 from roll_core.config.workers import DataArgs
@@ -142,6 +143,18 @@ def test_length_penalty_and_unknown_reward_type(config):
     rewards = RewardDispatcher(run.config.rewards, run.rewards)
     score, correct = rewards.score("arithmetic", "1+1=", "2", "2", response_tokens=10)
     assert correct and score == pytest.approx(0.9)
+    # the format paid only with the answer: a correct reply in another form keeps part of its score,
+    # a bare wrong number earns nothing, and "correct" is the answer's (before the format and the penalty)
+    strict = math.model_copy(update={"response_length_penalty_coef": 0.0, "required_format": r"^\s*-?\d+\s*$",
+                                     "format_pattern": r"(-?\d+)\D*$", "unformatted_credit": 0.25})
+    run = resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": strict}}))
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
+    assert rewards.score("arithmetic", "1+1=", " 2\n", "2") == (1.0, True)
+    assert rewards.score("arithmetic", "1+1=", "1 + 1 = 2", "2") == (0.25, True)
+    assert rewards.score("arithmetic", "1+1=", "3", "2") == (0.0, False)
+    assert rewards.score("arithmetic", "1+1=", "1 + 1 = 3", "2") == (0.0, False)
+    with pytest.raises(ValidationError, match="unformatted_credit"):
+        RewardConfig(reward_type="math_verify", required_format="^x$", unformatted_credit=1.5)
     typo = math.model_copy(update={"reward_type": "math_verfy"})
     with pytest.raises(UnknownComponentError, match="rewards.arithmetic.reward_type"):
         resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": typo}}))
