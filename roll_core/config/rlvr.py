@@ -65,6 +65,10 @@ class RewardConfig(WorkerConfig):
     reward_type: str | None = Field(None, description="Registered reward function; default: the domain key.")
     tag_included: list[str] = Field(default_factory=list, description="Data tags scored by this domain.")
     response_length_penalty_coef: float = 0.0
+    length_penalty_scope: Literal["all", "paid"] = Field(
+        "all", description="roll: which samples response_length_penalty_coef charges: all (ROLL's), or only those "
+        "the reward paid (a shorter right answer is better; a shorter wrong one is not, so the penalty cannot "
+        "teach short wrong replies).")
     required_format: str | None = Field(
         None, description="roll: a regular expression (re.search) a response must match to keep its whole score; "
         "one that does not keeps unformatted_credit of it. The format is paid only with the answer (a well-formed "

@@ -4,7 +4,8 @@
 ``roll_register_rewards`` hook; :func:`roll_core.config.resolve` binds it, and the dispatcher loads
 the bound registration (no name is looked up here). A domain's
 ``format_pattern`` is passed to its function as ``pattern`` (the ``regex`` reward's pattern), and
-``response_length_penalty_coef`` subtracts ``coef * response tokens`` from the score.
+``response_length_penalty_coef`` subtracts ``coef * response tokens`` from the score (of every
+sample, or with ``length_penalty_scope: paid`` of those scoring above 0).
 ``required_format`` combines a format with any reward: a response that does not match it keeps
 ``unformatted_credit`` of its score, so the format is paid only together with the answer (a second
 domain paying for the format alone taught a small model bare *wrong* numbers: docs/learning.md).
@@ -45,6 +46,7 @@ class DomainReward:
     options: dict[str, Any] = field(default_factory=dict)
     length_penalty: float = 0.0
     wants_row: bool = False  # the function declares a ``row`` parameter
+    penalise_paid_only: bool = False  # length_penalty_scope: paid
     required_format: re.Pattern[str] | None = None
     unformatted_credit: float = 1.0
 
@@ -64,9 +66,10 @@ class RewardDispatcher:
             fn = build_reward(reg.load(), cfg, seed, **(services or {}))
             required = cfg.required_format
             self.domains[domain] = DomainReward(
-                reg.name, fn, options, float(cfg.response_length_penalty_coef or 0.0), _takes_row(fn),
-                re.compile(required, re.DOTALL) if required else None,
-                float(cfg.unformatted_credit) if required else 1.0)
+                reg.name, fn, options, length_penalty=float(cfg.response_length_penalty_coef or 0.0),
+                wants_row=_takes_row(fn), penalise_paid_only=cfg.length_penalty_scope == "paid",
+                required_format=re.compile(required, re.DOTALL) if required else None,
+                unformatted_credit=float(cfg.unformatted_credit) if required else 1.0)
 
     def score(self, domain: str, prompt: str, response: str, reference: str | None,
               response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool]:
@@ -76,9 +79,12 @@ class RewardDispatcher:
                             f"{', '.join(self.domains)}.{did_you_mean(domain, self.domains)}")
         extra = {"row": dict(row or {})} if spec.wants_row else {}
         raw = float(spec.fn(prompt, response, reference, **spec.options, **extra))
-        paid = raw if spec.required_format is None or spec.required_format.search(response or "") else \
-            raw * spec.unformatted_credit
-        return paid - spec.length_penalty * response_tokens, raw > 0
+        paid = raw
+        if spec.required_format is not None and not spec.required_format.search(response or ""):
+            paid *= spec.unformatted_credit
+        if paid > 0 or not spec.penalise_paid_only:
+            paid -= spec.length_penalty * response_tokens
+        return paid, raw > 0
 
     def score_checked(self, domain: str, prompt: str, response: str, reference: str | None,
                       response_tokens: int = 0, row: Mapping[str, Any] | None = None) -> tuple[float, bool, str]:

@@ -153,6 +153,18 @@ def test_length_penalty_and_unknown_reward_type(config):
     assert rewards.score("arithmetic", "1+1=", "1 + 1 = 2", "2") == (0.25, True)
     assert rewards.score("arithmetic", "1+1=", "3", "2") == (0.0, False)
     assert rewards.score("arithmetic", "1+1=", "1 + 1 = 3", "2") == (0.0, False)
+    # the length penalty charged to paid samples only: a shorter wrong reply gains nothing
+    paid_only = strict.model_copy(update={"response_length_penalty_coef": 0.01, "length_penalty_scope": "paid"})
+    run = resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": paid_only}}))
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
+    assert rewards.score("arithmetic", "1+1=", "2", "2", response_tokens=1) == (pytest.approx(0.99), True)
+    assert rewards.score("arithmetic", "1+1=", "1 + 1 = 2", "2", response_tokens=5) == (pytest.approx(0.20), True)
+    assert rewards.score("arithmetic", "1+1=", "3", "2", response_tokens=1) == (0.0, False)
+    assert rewards.score("arithmetic", "1+1=", "1 + 1 = 3", "2", response_tokens=5) == (0.0, False)
+    charged = paid_only.model_copy(update={"length_penalty_scope": "all"})
+    run = resolve(config.model_copy(update={"rewards": {**config.rewards, "arithmetic": charged}}))
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
+    assert rewards.score("arithmetic", "1+1=", "1 + 1 = 3", "2", response_tokens=5) == (pytest.approx(-0.05), False)
     with pytest.raises(ValidationError, match="unformatted_credit"):
         RewardConfig(reward_type="math_verify", required_format="^x$", unformatted_credit=1.5)
     typo = math.model_copy(update={"reward_type": "math_verfy"})

@@ -84,7 +84,7 @@ def test_registered_and_dispatched_with_the_rows_columns():
     registry = PluginManager(autoload=False).registry
     reg = registry.get("reward", "code_sandbox")
     assert reg.name == "code_sandbox" and registry.get("reward", "code").name == "code_sandbox"
-    dispatcher = RewardDispatcher({"code": SimpleNamespace(format_pattern=None, response_length_penalty_coef=0, required_format=None)},
+    dispatcher = RewardDispatcher({"code": SimpleNamespace(format_pattern=None, response_length_penalty_coef=0, required_format=None, length_penalty_scope="all")},
                                   {"code": reg})
     row = {"case_type": "input", "test_cases": [{"stdin": "2 3", "expected_stdout": "5"}]}
     answer = fenced("print(sum(map(int, input().split())))")

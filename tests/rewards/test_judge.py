@@ -33,7 +33,7 @@ KEY = "sk-test-3f9a0c71d2"
 def section(**fields):
     base = dict(judge_prompt="yes_no", judge_model_type="api", judge_model_name="rule", judge_api_url=None,
                 judge_api_key=None, score_timeout=10.0, generating_args=None, format_pattern=None,
-                response_length_penalty_coef=0.0, required_format=None)
+                response_length_penalty_coef=0.0, required_format=None, length_penalty_scope="all")
     return SimpleNamespace(**{**base, **fields})
 
 
