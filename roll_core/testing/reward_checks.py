@@ -13,7 +13,7 @@ lists every problem. What roll relies on when it scores every response of every 
   (a domain's ``format_pattern``), as :class:`roll_core.rewards.dispatch.RewardDispatcher` calls it;
 * every score is a finite real number (not a string, None, NaN or inf), within ``bounds`` when given;
 * ``expected`` scores (the author's worked examples) come out exactly;
-* determinism: the same samples score the same twice, off the main thread (the RLVR rollout may
+* determinism: the same samples score the same in three more calls, off the main thread (the RLVR rollout may
   score in a thread), and in another Python process with another hash seed;
 * row order: scores do not depend on which samples were scored before (no state carried over);
 * malformed responses (empty, whitespace, unclosed tags, chat-template tokens, long garbage, a
@@ -146,7 +146,7 @@ def check_reward(name: str, *, samples: Sequence[Sample] | None = None,
         ("scores are finite numbers", first_scores),
         ("expected scores", lambda: _check_expected(fn(), expected, options)),
         ("malformed responses", lambda: _check_malformed(fn(), malformed, options, bounds)),
-        ("deterministic", lambda: _same(first(), scores(samples), samples, "a second call")),
+        ("deterministic", lambda: [_same(first(), scores(samples), samples, f"call {n}") for n in (2, 3, 4)]),
         ("deterministic off the main thread", lambda: _check_threads(fn(), first(), samples, options, bounds)),
         ("deterministic in another process", in_another_process),
         ("independent of row order", lambda: _check_order(scores, first(), samples)),
