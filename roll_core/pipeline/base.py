@@ -114,6 +114,7 @@ class TrainingLoop:
         self._saved_on_stop: str | None = None
         self._base_synced = False  # the inference engines hold the train workers' base model
         self._run_id = uuid.uuid4().hex[:12]  # this run's entry in placement.json
+        self._lockstep_timeouts_seen = 0.0  # the generate scheduler's count at the last step
 
     # -- what a pipeline provides ------------------------------------------------------------------
     def title(self) -> str:
@@ -405,6 +406,11 @@ class TrainingLoop:
         metrics["rollout/inference_workers"] = generated_after["workers"]
         metrics["rollout/requeued_lost_requests"] = generated_after["requeued_lost"]
         metrics["rollout/inference_workers_rejoined"] = generated_after["rejoined"]
+        # lock-step rounds that timed out since the last step (validation's included): a run that is
+        # reproducible stops being so there, and says so in its progress line
+        timeouts = generated_after["lockstep_timeouts"]
+        metrics["rollout/lockstep_timeouts"] = timeouts - self._lockstep_timeouts_seen
+        self._lockstep_timeouts_seen = timeouts
         with timer("sync"):
             self.sync_weights(version=step)
         self.step = step

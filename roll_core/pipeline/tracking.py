@@ -39,6 +39,9 @@ CURVE_SERIES: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
 
 
 #: said in the progress line of a step whose advantages are all zero (why its loss is +0.0000)
+#: the progress line's note for a step during which a lock-step round timed out
+LOCKSTEP_TIMEOUT_NOTE = ("a lock-step generation round timed out: batches depend on timing from here, so this run "
+                         "no longer repeats to the digit (docs/architecture.md, reproducible runs)")
 ZERO_ADVANTAGE_NOTE = ("every advantage is 0 (the rewards within each group are all equal): this batch "
                        "has nothing to learn from")
 
@@ -167,6 +170,8 @@ class MetricsTracker:
                          + (f", {refilled:.0f} refilled)" if refilled else ")"))
         if no_learning_signal(metrics):
             parts.append(ZERO_ADVANTAGE_NOTE)
+        if float(metrics.get("rollout/lockstep_timeouts", 0.0) or 0.0) > 0:
+            parts.append(LOCKSTEP_TIMEOUT_NOTE)
         total = timings.get("step", sum(timings.values()))
         phases = " ".join(f"{k} {v:.1f}" for k, v in timings.items() if k != "step")
         parts.append(f"time {total:.1f}s ({phases})" if phases else f"time {total:.1f}s")

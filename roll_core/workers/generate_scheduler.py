@@ -521,7 +521,8 @@ class GenerateScheduler:
         running = time.perf_counter() - self.busy_since if any(self.busy) else 0.0
         return {"busy_s": self.busy_s + running, "completed": float(self.completed),
                 "workers": float(len(self._alive())), "requeued_lost": float(self.stats_["requeued_lost"]),
-                "rejoined": float(self.stats_["workers_rejoined"])}
+                "rejoined": float(self.stats_["workers_rejoined"]),
+                "lockstep_timeouts": float(self.stats_["lockstep_timeouts"])}
 
     def stats(self) -> dict[str, Any]:
         batches = max(self.stats_["batches"], 1)

@@ -140,7 +140,18 @@ def test_a_lockstep_round_missing_a_loop_is_generated_after_the_timeout(monkeypa
         assert gen.stats()["lockstep_timeouts"] == 1
         gen.expect(1)  # the next batch starts afresh
         assert (await gen.generate(request(5))).request_id == "r5" and gen.stats()["lockstep_timeouts"] == 1
-    asyncio.run(main())
+        return gen.activity()["lockstep_timeouts"]  # what a train step reads
+    assert asyncio.run(main()) == 1.0
+
+
+def test_a_step_with_a_lockstep_timeout_says_the_run_stops_being_reproducible():
+    from roll_core.pipeline.tracking import LOCKSTEP_TIMEOUT_NOTE, MetricsTracker
+
+    tracker = MetricsTracker(None)
+    line = tracker.progress_line(3, 10, {"actor/pg_loss": 0.1, "rollout/lockstep_timeouts": 1.0}, {"step": 1.0})
+    assert line.endswith(LOCKSTEP_TIMEOUT_NOTE + " | time 1.0s") and "no longer repeats to the digit" in line
+    quiet = tracker.progress_line(4, 10, {"actor/pg_loss": 0.1, "rollout/lockstep_timeouts": 0.0}, {"step": 1.0})
+    assert LOCKSTEP_TIMEOUT_NOTE not in quiet
 
 
 def test_requests_sent_together_are_one_round():
