@@ -38,10 +38,10 @@ CURVE_SERIES: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
 )
 
 
-#: said in the progress line of a step whose advantages are all zero (why its loss is +0.0000)
-#: the progress line's note for a step during which a lock-step round timed out
+#: said in the progress line of a step during which a lock-step round timed out
 LOCKSTEP_TIMEOUT_NOTE = ("a lock-step generation round timed out: batches depend on timing from here, so this run "
                          "no longer repeats to the digit (docs/architecture.md, reproducible runs)")
+#: said in the progress line of a step whose advantages are all zero (why its loss is +0.0000)
 ZERO_ADVANTAGE_NOTE = ("every advantage is 0 (the rewards within each group are all equal): this batch "
                        "has nothing to learn from")
 

@@ -13,8 +13,8 @@ lists every problem. What roll relies on when it scores every response of every 
   (a domain's ``format_pattern``), as :class:`roll_core.rewards.dispatch.RewardDispatcher` calls it;
 * every score is a finite real number (not a string, None, NaN or inf), within ``bounds`` when given;
 * ``expected`` scores (the author's worked examples) come out exactly;
-* determinism: the same samples score the same in three more calls, off the main thread (the RLVR rollout may
-  score in a thread), and in another Python process with another hash seed;
+* determinism: the same samples score the same in three more calls, off the main thread (the RLVR
+  rollout may score in a thread), and in another Python process with another hash seed;
 * row order: scores do not depend on which samples were scored before (no state carried over);
 * malformed responses (empty, whitespace, unclosed tags, chat-template tokens, long garbage, a
   missing reference) never raise and never count as correct (a score > 0 is "correct" in roll's
