@@ -75,7 +75,8 @@ def test_probes_answer_from_inside_their_bundles_and_a_live_rank_relocates_in_pl
     from roll_core.distributed.placement import Placement, probe_bundles
     from roll_core.distributed.replacement import Replacements
 
-    placement = Placement.create(build_layout(make_run(tmp_path, 2, per_device=4).config, ["actor_train"], on_gpus=False))
+    config = make_run(tmp_path, 2, per_device=4).config
+    placement = Placement.create(build_layout(config, ["actor_train"], on_gpus=False))
     try:
         node = ray.get_runtime_context().get_node_id()
         answers = probe_bundles(placement.pg, list(placement.layout.bundles), timeout_s=120)
@@ -95,7 +96,7 @@ def test_probes_answer_from_inside_their_bundles_and_a_live_rank_relocates_in_pl
             placement.ranks["actor_train"][1] = replace(before, node_id="f" * 56, node_ip="10.9.9.9")  # the stale view
             return Rank.options(**options).remote()
 
-        replacements = Replacements("actor_train", start, placement=placement, config=make_run(tmp_path, 2, 4).config)
+        replacements = Replacements("actor_train", start, placement=placement, config=config)
         deadline = time.monotonic() + 120
         while not (up := replacements.poll([1])) and time.monotonic() < deadline:
             time.sleep(0.2)
