@@ -4,7 +4,7 @@ Every strategy loads models with ``from_pretrained(local_dir)``; this module is 
 that turns the config's ``pretrain`` into such a directory:
 
 * a local HF directory: used as is;
-* a built-in tiny spec name (``roll-tiny``, ``roll-tiny-10m``): built once per (spec, seed,
+* a built-in tiny spec name (``roll-tiny``, ``roll-tiny-3m``, ``roll-tiny-10m``): built once per (spec, seed,
   versions) into the cache, no download;
 * a ``.gguf`` file, or a packaged GGUF alias (``smollm2-135m-instruct``): dequantised once into
   the cache;

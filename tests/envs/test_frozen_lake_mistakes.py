@@ -1,0 +1,61 @@
+"""benchmarks/frozen_lake_mistakes.py, behind docs/learning.md's account of what the demo's clone
+gets wrong: each decision classified against the env's solver, on hand-made grids and a dump."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def program():
+    spec = importlib.util.spec_from_file_location("frozen_lake_mistakes", BENCHMARKS / "frozen_lake_mistakes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GRID = " - - P -\n O - O -\n - - - O\n - G O -"  # the hole below P; the goal down and left
+
+
+def prompt(grid: str) -> str:
+    return f"<|im_start|>system\nFrozenLake<|im_end|>\n<|im_start|>user\n{grid}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("word, labels", [
+    ("Down", ["into a hole towards the goal"]),
+    ("Left", ["optimal"]),
+    ("Up", ["off the grid"]),
+    ("Right", ["off every shortest walk"]),
+    ("Jump", ["invalid"]),
+])
+def test_each_move_is_classified_against_the_solver(program, word, labels):
+    assert program.classify(program.grid_of(prompt(GRID)), word) == labels
+
+
+def test_a_detour_map_is_marked(program):
+    walled = " P O -\n - O G\n - - -"  # straight distance 3, the walk round the holes 5
+    assert program.classify(program.grid_of(prompt(walled)), "Down") == ["detour", "optimal"]
+    assert program.classify(program.grid_of(prompt(walled)), "Right") == ["detour", "into a hole towards the goal"]
+
+
+def test_a_dump_is_summarised(program, tmp_path, capsys):
+    episodes = [
+        {"metrics": {"success": 0.0}, "num_steps": 1,
+         "turns": [{"prompt": prompt(GRID), "response": "<answer>Down</answer>"}]},
+        {"metrics": {"success": 1.0}, "num_steps": 2,
+         "turns": [{"prompt": prompt(GRID), "response": "<answer>left</answer>"},
+                   {"prompt": prompt(GRID.replace("- P", "P -")), "response": "<answer>Down</answer>"}]},
+    ]
+    dump = tmp_path / "val.jsonl"
+    dump.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    assert program.main([str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "3 decisions; 1 failed episodes, 1 of them on their first move" in out
+    assert "optimal: 2 (66.7%)" in out and "into a hole towards the goal: 1 (33.3%)" in out
+    assert "into a hole by move: Down 1" in out
