@@ -43,9 +43,22 @@ def test_tiny_loads_with_plain_transformers(tiny_dir):
 
 
 def test_specs_are_selectable_by_name():
-    assert {"roll-tiny", "roll-tiny-10m"} <= set(TINY_SPECS)
+    assert {"roll-tiny", "roll-tiny-3m", "roll-tiny-10m"} <= set(TINY_SPECS)
     spec = TINY_SPECS["roll-tiny-10m"]
     assert (spec.hidden_size, spec.num_hidden_layers) == (320, 6)
+
+
+def test_the_3m_spec_has_the_parameters_its_name_and_docs_say():
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from roll_core.models.tiny import qwen2_config
+    from roll_core.models.tokenizer import build_tiny_tokenizer
+
+    spec = TINY_SPECS["roll-tiny-3m"]
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(qwen2_config(spec, build_tiny_tokenizer(spec.vocab_size)))
+    assert 2.55e6 < sum(p.numel() for p in model.parameters()) < 2.65e6  # docs/dependencies.md: about 2.6M
 
 
 def test_chat_template_is_chatml(tiny_dir):
