@@ -17,7 +17,7 @@ ROW_BREAK = "\n"
 
 
 class GridTokensError(AssertionError):
-    """A grid whose tokens do not keep its shape; the message names every offending cell."""
+    """A grid whose tokens do not keep its shape; the message names the offending tokens."""
 
 
 def split_row(row: str, symbols: Iterable[str]) -> list[str]:
@@ -39,7 +39,7 @@ def check_grid_tokens(tokenizer: Any, text: str, symbols: Iterable[str], *, row_
 
     ``symbols`` are the env's cell symbols (its ``grid_lookup`` values); ``tokenizer`` is a Hugging
     Face (fast) tokenizer. A last cell merged with the break keeps the shape when every row ends
-    that way (Sokoban's wall, ``" #\n"``), and breaks it when only some rows do.
+    that way (Sokoban's wall, ``" #\\n"``), and breaks it when only some rows do.
     """
     allowed: dict[tuple[int, int], int] = {}  # (start, end) of every span a token may cover -> its row
     at = 0
@@ -63,7 +63,8 @@ def check_grid_tokens(tokenizer: Any, text: str, symbols: Iterable[str], *, row_
     if not problems and len(set(per_row[:-1])) <= 1 and per_row[0] - per_row[-1] in (0, 1):
         return
     why = (f"tokens that are not one cell: {', '.join(problems[:5])}" if problems else
-           f"rows take {', '.join(map(str, per_row))} tokens (a cell merged with the row break in some rows only)")
+           f"rows take {', '.join(map(str, per_row))} tokens (a last cell merged with the row break in some "
+           "rows only, or rows of different lengths)")
     raise GridTokensError(
         f"the grid does not keep its shape in tokens: {why}. Use cell symbols the tokenizer keeps apart "
         "from each other and from the row break (a letter such as ' F', or ' -'), so the cell below another "
