@@ -30,6 +30,10 @@ def tiny_frozen_lake(tmp: Path, **extra: str) -> list[str]:
         "warmup_sft.learning_rate": "5e-3",
         "warmup_sft.lr_scheduler_type": "constant",  # the settings these tests were written for,
         "actor_train.training_args.learning_rate": "3e-4",  # not the demo's longer-run ones
+        # the grid these tests were written for: with the demo's " -" ice (2026-11-28) the 10 steps
+        # of test_grpo_improves_reward from this format-only warm start leave valid answers at 0.24
+        "custom_envs.FrozenLake4x4.env_config.grid_lookup": '{0: " P", 1: " _", 2: " O", 3: " G", 4: " X", 5: " √"}',
+        "custom_envs.FrozenLake4x4.env_config.grid_vocab": '{P: you, _: ice, O: hole, G: goal}',
         "eval_steps": "0",
         **extra,
     }
