@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter
 
+from roll_env_frozenlake.env import FrozenLakeEnv
 from roll_env_frozenlake.maps import MOVES, shortest_path
 
-WORDS = {"Left": 0, "Down": 1, "Right": 2, "Up": 3}
-ANSWER = re.compile(r"<answer>\s*(\w+)\s*</answer>", re.IGNORECASE)
+from roll_core.envs.parser import ActionParser
+
+#: the env's own parser (``<answer>...</answer>``, any case) and action words
+PARSER = ActionParser(FrozenLakeEnv.action_lookup)
 #: rendered symbol -> gymnasium letter (anything else is ice)
 LETTERS = {"P": "S", "O": "H", "G": "G"}
 
@@ -33,21 +35,27 @@ def grid_of(prompt: str) -> list[list[str]]:
     return [row.split() for row in text.strip("\n").split("\n")]
 
 
+def distance(a: tuple[int, int], b: tuple[int, int]) -> int:
+    """Moves between two cells with no hole in the way (Manhattan)."""
+    return abs(a[0] - b[0]) + abs(a[1] - b[1])
+
+
 def classify(rows: list[list[str]], word: str) -> list[str]:
     """The labels of one decision (``optimal`` or the mistakes it makes, plus ``detour``)."""
     desc = ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
     pos = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "P")
     goal = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "G")
     path = shortest_path(desc, pos)
-    labels = ["detour"] if path is not None and len(path) > abs(pos[0] - goal[0]) + abs(pos[1] - goal[1]) else []
-    if word not in WORDS:
+    labels = ["detour"] if path is not None and len(path) > distance(pos, goal) else []
+    action = FrozenLakeEnv.action_lookup.get(word)
+    if action is None:
         return [*labels, "invalid"]
-    dr, dc = MOVES[WORDS[word]]
+    dr, dc = MOVES[action]
     nxt = (pos[0] + dr, pos[1] + dc)
     if not (0 <= nxt[0] < len(desc) and 0 <= nxt[1] < len(desc[0])):
         return [*labels, "off the grid"]
     if desc[nxt[0]][nxt[1]] == "H":
-        closer = abs(nxt[0] - goal[0]) + abs(nxt[1] - goal[1]) < abs(pos[0] - goal[0]) + abs(pos[1] - goal[1])
+        closer = distance(nxt, goal) < distance(pos, goal)
         return [*labels, "into a hole towards the goal" if closer else "into a hole away from the goal"]
     rest = shortest_path(desc, nxt)
     optimal = path is not None and rest is not None and len(rest) == len(path) - 1
@@ -65,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in f:
             episode = json.loads(line)
             for turn in episode["turns"]:
-                match = ANSWER.search(turn["response"])
-                word = match.group(1).capitalize() if match else ""
+                parsed = PARSER.parse(turn["response"])
+                word = FrozenLakeEnv.action_words.get(parsed.action, "")  # the canonical word, or "" if invalid
                 labels = classify(grid_of(turn["prompt"]), word)
                 counts.update(["decisions", *labels])
                 if any(label.startswith("into a hole") for label in labels):

@@ -50,8 +50,8 @@ TINY_SPECS: dict[str, TinySpec] = {
         # ~1.2M parameters: fwd+bwd of 32 x 256 tokens ~0.7 s on 2 CPU cores.
         TinySpec("roll-tiny", hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=512),
-        # ~2.6M parameters: the FrozenLake demo's model; a train step ~1.6x roll-tiny's on 2 cores,
-        # and its clone of the env's solver plays 0.05-0.07 better (docs/learning.md).
+        # ~2.6M parameters: a train step ~1.6x roll-tiny's on 2 cores; measured on the FrozenLake
+        # demo, its clone of the env's solver was no better within the demo's time (docs/learning.md).
         TinySpec("roll-tiny-3m", hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=768),
         # ~10M parameters: slower (~6x), for runs that need more capacity.
