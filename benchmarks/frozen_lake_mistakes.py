@@ -5,7 +5,7 @@
     python benchmarks/frozen_lake_mistakes.py val.jsonl
 
 Each turn's grid is read back from its prompt and compared with the env's own solver
-(``shortest_path``): a move is *optimal* when it starts a shortest hole-free walk; a mistake walks
+(``optimal_first_moves``): a move is *optimal* when it starts a shortest hole-free walk; a mistake walks
 into a hole (and whether that hole lay towards the goal), off the grid, or off every shortest walk.
 A *detour* map is one whose shortest walk is longer than the straight (Manhattan) distance: the
 decisions where planning, not a look at the next cell, is needed.
@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 
 from roll_env_frozenlake.env import FrozenLakeEnv
-from roll_env_frozenlake.maps import MOVES, shortest_path
+from roll_env_frozenlake.maps import MOVES, optimal_first_moves, shortest_path
 
 from roll_core.envs.parser import ActionParser
 
@@ -57,9 +57,7 @@ def classify(rows: list[list[str]], word: str) -> list[str]:
     if desc[nxt[0]][nxt[1]] == "H":
         closer = distance(nxt, goal) < distance(pos, goal)
         return [*labels, "into a hole towards the goal" if closer else "into a hole away from the goal"]
-    rest = shortest_path(desc, nxt)
-    optimal = path is not None and rest is not None and len(rest) == len(path) - 1
-    return [*labels, "optimal" if optimal else "off every shortest walk"]
+    return [*labels, "optimal" if action in optimal_first_moves(desc, pos) else "off every shortest walk"]
 
 
 def main(argv: list[str] | None = None) -> int:

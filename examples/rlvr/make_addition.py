@@ -26,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 PROMPT = "What is {a} plus {b}? Reply with just the number."
 
 
-def row(a: int, b: int, tag: str) -> dict[str, str]:
-    return {"id": f"{tag}-{a}+{b}", "tag": tag, "prompt": PROMPT.format(a=a, b=b), "solution": str(a + b)}
+def row(a: int, b: int, tag: str, prompt: str = PROMPT) -> dict[str, str]:
+    return {"id": f"{tag}-{a}+{b}", "tag": tag, "prompt": prompt.format(a=a, b=b), "solution": str(a + b)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--high", type=int, default=49)
     parser.add_argument("--val", type=int, default=32, help="held-out pairs (default 32)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt", default=PROMPT, help="the question, with {a} and {b} (default: %(default)r)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     pairs = [(a, b) for a in range(args.low, args.high + 1) for b in range(a, args.high + 1)]
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     for a, b in train:
         if rng.random() < 0.5:  # both orders appear in training
             a, b = b, a
-        train_rows.extend(row(a, b, tag) for tag in ("addition", "answer_format"))
-    val_rows = [row(a, b, tag) for a, b in held_out for tag in ("addition", "answer_format")]
+        train_rows.extend(row(a, b, tag, args.prompt) for tag in ("addition", "answer_format"))
+    val_rows = [row(a, b, tag, args.prompt) for a, b in held_out for tag in ("addition", "answer_format")]
     args.out.mkdir(parents=True, exist_ok=True)
     for name, rows in (("addition_train.jsonl", train_rows), ("addition_val.jsonl", val_rows)):
         with open(args.out / name, "w") as f:

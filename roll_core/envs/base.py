@@ -15,6 +15,7 @@ you implement               roll calls it                                       
 ``valid_actions()``         random play, ``check_env``, ``roll env play``               action words
 ``example_action()``        once per episode, for the answer format in the prompt       one action word
 ``solve()``                 optional: the scripted policy, ``warmup_sft``               action words
+``optimal_actions()``       optional: the scripted policy draws among them              action words
 ==========================  ==========================================================  ==================
 
 ``docs/authoring.md`` is the full guide, with what :func:`roll_core.testing.check_env` verifies.
@@ -258,6 +259,17 @@ class TextEnv(gym.Env, abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no solver (solve() is not implemented)")
 
+    def optimal_actions(self) -> list[str]:
+        """Optional: every action word that begins an optimal solution from the current state.
+
+        A solver picks one plan among equals, and its tie-break is a preference a cloned policy
+        learns as if it were part of the task (FrozenLake's search order put Left before Right).
+        When an env implements this, the ``scripted`` policy plays a uniformly drawn one of these
+        (seeded per episode), so demonstrations show every optimal move. Return ``[]`` when none is
+        known from here: the policy then follows :meth:`solve`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not list its optimal actions")
+
     @abc.abstractmethod
     def default_instruction(self) -> str:
         """The system prompt: the task, the rules, the reward and the answer format. Used unless the
@@ -287,5 +299,14 @@ class TextEnv(gym.Env, abc.ABC):
 
 def has_solver(env: Any) -> bool:
     """Whether ``env`` implements :meth:`TextEnv.solve` (the scripted policy needs it)."""
-    solve = getattr(type(env), "solve", None)
-    return solve is not None and solve is not TextEnv.solve
+    return _overrides(env, "solve")
+
+
+def has_optimal_actions(env: Any) -> bool:
+    """Whether ``env`` implements :meth:`TextEnv.optimal_actions` (the scripted policy's tie-break)."""
+    return _overrides(env, "optimal_actions")
+
+
+def _overrides(env: Any, method: str) -> bool:
+    found = getattr(type(env), method, None)
+    return found is not None and found is not getattr(TextEnv, method)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from roll_core.envs.base import has_solver
+from roll_core.envs.base import has_optimal_actions, has_solver
 from roll_core.errors import RollError
 
 Policy = Callable[[Any, str], str]
@@ -32,6 +32,10 @@ class RandomPolicy:
 class ScriptedPolicy:
     """Follows ``env.solve()``, re-planned every turn so a slip or a detour never derails it.
 
+    Where the env lists its optimal actions (``optimal_actions()``), it plays a seeded draw among
+    them instead of the solver's first word: a clone of these demonstrations learns which moves
+    are right, not which one the solver's search happened to find first.
+
     An env without a solver is an error (``roll env play``), or with ``without_solver="random"``
     is played randomly (rollouts, where one policy name covers every env of a run).
     """
@@ -48,6 +52,10 @@ class ScriptedPolicy:
                 f"{type(env).__name__} has no solve() method, so it cannot be played by the scripted "
                 "policy; use --policy random or keyboard."
             )
+        if has_optimal_actions(env):
+            choices = env.optimal_actions()
+            if choices:
+                return env.parser.format(choices[self.fallback.rng.integers(len(choices))])
         plan = env.solve()
         if not plan:  # no known solution from here (slipped into a dead end, budget exhausted)
             return self.fallback(env, observation)

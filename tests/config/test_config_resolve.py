@@ -273,3 +273,19 @@ def test_smollm2_lora_example_resolves_and_holds_out_its_validation_pairs():
     assert run.config.actor_train.data_args.domain_interleave_probs == {"addition": 1.0, "answer_format": 0.0}
     assert sorted(r["tag"] for r in val_rows) == ["addition"] * 32 + ["answer_format"] * 32
     assert len(val_pairs) == 32 and not val_pairs & train_pairs  # held out, in either order
+
+    # the format the prompt asks for, paid only with the answer (validation scores it on its own)
+    from roll_core.rewards.dispatch import RewardDispatcher
+
+    assert all(r["prompt"].endswith("Reply with just the number.") for r in val_rows)
+    rewards = RewardDispatcher(run.config.rewards, run.rewards)
+    question = val_rows[0]["prompt"]
+    a, b = question.split("?")[0].split(" ")[2::2]
+    total = str(int(a) + int(b))
+    for reply, paid, fmt in [(f" {total}\n", 1.0, 1.0),
+                             (f"{a} + {b} = {total}", 0.5, 0.0),  # right, not in the format: half
+                             (f"The sum is {total}.", 0.5, 0.0),
+                             (f"{a} + {b}", 0.0, 0.0),  # the question restated is not an answer
+                             ("1000", 0.0, 1.0)]:  # the format alone earns nothing in training
+        assert rewards.score("addition", question, reply, total)[0] == paid, reply
+        assert rewards.score("answer_format", question, reply, total)[0] == fmt, reply

@@ -40,6 +40,28 @@ def test_hole_and_goal_rendering_and_rewards():
     assert observation == "_O\n_√" and reward == 1.0 and terminated and info["metrics"]["success"] == 1.0
 
 
+def test_scripted_policy_draws_among_the_optimal_moves():
+    from roll_core.envs.policies import make_policy
+
+    env = FrozenLakeEnv(is_slippery=False, max_steps=10)
+    env.reset(options={"desc": ["SF", "FG"]})
+    assert env.optimal_actions() == ["Down", "Right"] and env.solve() == ["Down", "Right"]
+    first = Counter()
+    for seed in range(40):  # every episode is still shortest, and each tied move is played
+        policy = make_policy("scripted", seed)
+        env.reset(options={"desc": ["SF", "FG"]})
+        action = policy(env, "")
+        first[action] += 1
+        env.step(action)
+        _, reward, terminated, _, _ = env.step(policy(env, ""))
+        assert terminated and reward == 1.0
+    assert set(first) == {"<answer>Down</answer>", "<answer>Right</answer>"} and min(first.values()) >= 10
+    replay = [make_policy("scripted", 7)(env, "") for _ in range(2) if env.reset(options={"desc": ["SF", "FG"]})]
+    assert replay[0] == replay[1]  # a seed plays the same moves
+    env.reset(options={"desc": ["SH", "FG"]})  # one optimal move: no draw
+    assert {make_policy("scripted", seed)(env, "") for seed in range(10)} == {"<answer>Down</answer>"}
+
+
 def test_walking_into_the_edge_is_ineffective():
     env = FrozenLakeEnv(is_slippery=False)
     observation, _ = env.reset(options={"desc": ["SF", "FG"]})

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from roll_env_frozenlake.maps import generate_map, shortest_path
+from roll_env_frozenlake.maps import DOWN, LEFT, RIGHT, UP, generate_map, optimal_first_moves, shortest_path
 
 from roll_core.envs import make_env
 
@@ -30,6 +30,40 @@ def test_solve_is_shortest():
     desc = ["SFFF", "HHHF", "FFFF", "GHHH"]
     assert shortest_path(desc, (0, 0)) == [2, 2, 2, 1, 1, 0, 0, 0, 1]  # around the holes
     assert shortest_path(["SH", "HG"], (0, 0)) is None
+
+
+def test_optimal_first_moves_lists_every_tie():
+    # goal down-right, both ways open: Down and Right both start a 6-move walk; shortest_path's
+    # search order finds Down first
+    assert optimal_first_moves(["SFFF", "FFFF", "FFFF", "FFFG"], (0, 0)) == [DOWN, RIGHT]
+    assert shortest_path(["SFFF", "FFFF", "FFFF", "FFFG"], (0, 0))[0] == DOWN
+    # the hole below leaves Right alone
+    assert optimal_first_moves(["SFFF", "HFFF", "FFFF", "FFFG"], (0, 0)) == [RIGHT]
+    # from the middle, goal straight up: Up only; goal at the far corner: Left and Up
+    assert optimal_first_moves(["FGFF", "FFFF", "FSFF", "FFFF"], (2, 1)) == [UP]
+    assert optimal_first_moves(["GFFF", "FFFF", "FFSF", "FFFF"], (2, 2)) == [LEFT, UP]
+    # a wall of holes: the only shortest walk goes round it
+    assert optimal_first_moves(["SFFF", "HHHF", "FFFF", "GHHH"], (0, 0)) == [RIGHT]
+    # nothing to do on the goal, in a hole or cut off
+    assert optimal_first_moves(["SFFF", "FFFF", "FFFF", "FFFG"], (3, 3)) == []
+    assert optimal_first_moves(["SH", "HG"], (0, 0)) == []
+    assert optimal_first_moves(["SFH", "FHF", "HFG"], (1, 1)) == []
+
+
+def test_optimal_first_moves_agree_with_shortest_path_on_500_maps():
+    rng = np.random.default_rng(0)
+    ties = 0
+    for _ in range(500):
+        desc = generate_map(5, 0.75, rng)
+        start = next((r, row.index("S")) for r, row in enumerate(desc) if "S" in row)
+        moves, path = optimal_first_moves(desc, start), shortest_path(desc, start)
+        assert path[0] in moves and moves == sorted(moves)
+        for move in moves:  # each listed move leaves a walk one shorter
+            dr, dc = {LEFT: (0, -1), DOWN: (1, 0), RIGHT: (0, 1), UP: (-1, 0)}[move]
+            rest = shortest_path(desc, (start[0] + dr, start[1] + dc))
+            assert rest is not None and len(rest) == len(path) - 1
+        ties += len(moves) > 1
+    assert 100 < ties < 400  # ties are common: the tie-break mattered
 
 
 def test_hopeless_density_is_a_clear_error(monkeypatch):

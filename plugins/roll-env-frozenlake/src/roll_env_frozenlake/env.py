@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from roll_core.envs import EnvConfig, StepOutcome, TextEnv
 from roll_core.envs.render import grid_to_rgb, make_tile, overlay
 
-from .maps import DOWN, LEFT, RIGHT, UP, find, generate_map, shortest_path
+from .maps import DOWN, LEFT, RIGHT, UP, find, generate_map, optimal_first_moves, shortest_path
 
 # cell codes of the rendered grid (keys of ``grid_lookup``)
 PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = range(6)
@@ -150,6 +150,14 @@ class FrozenLakeEnv(TextEnv):
         """
         path = shortest_path(self.desc, self.position)
         return None if path is None else [self.action_words[a] for a in path]
+
+    def optimal_actions(self) -> list[str]:
+        """Every action word that begins a shortest walk to the goal from here (ignoring slipping).
+
+        The scripted policy draws among them, so demonstrations show each optimal move, not
+        :meth:`solve`'s tie-break (which prefers Left, then Down, then Right, then Up).
+        """
+        return [self.action_words[a] for a in optimal_first_moves(self.desc, self.position)]
 
 
 @functools.lru_cache(maxsize=128)

@@ -44,6 +44,32 @@ def shortest_path(desc: list[str], start: tuple[int, int]) -> list[int] | None:
     return None
 
 
+def optimal_first_moves(desc: list[str], start: tuple[int, int]) -> list[int]:
+    """Every action index that begins a shortest hole-free walk from ``start`` to ``G``, in index order.
+
+    :func:`shortest_path` returns one walk, whose first move is a tie-break of its search order
+    (Left before Down before Right before Up); a policy that clones it learns that order as a
+    preference. ``[]`` when ``start`` is the goal, a hole, or cut off from the goal.
+    """
+    rows, cols = len(desc), len(desc[0])
+    goal = find(desc, "G")
+    if desc[start[0]][start[1]] == "H" or start == goal:
+        return []
+    distance = {goal: 0}  # hole-free distance to the goal (moves are reversible)
+    queue = deque([goal])
+    while queue:
+        cell = queue.popleft()
+        for dr, dc in MOVES.values():
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in distance and desc[nxt[0]][nxt[1]] != "H":
+                distance[nxt] = distance[cell] + 1
+                queue.append(nxt)
+    if start not in distance:
+        return []
+    return [action for action, (dr, dc) in MOVES.items()
+            if distance.get((start[0] + dr, start[1] + dc), -1) == distance[start] - 1]
+
+
 def generate_map(size: int, p: float, rng: np.random.Generator) -> list[str]:
     """A ``size x size`` map: each tile frozen with probability ``p``, start and goal at random
     distinct cells, redrawn until the goal is reachable from the start (BFS-checked)."""
