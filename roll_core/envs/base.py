@@ -263,7 +263,7 @@ class TextEnv(gym.Env, abc.ABC):
         """Optional: every action word that begins an optimal solution from the current state.
 
         A solver picks one plan among equals, and its tie-break is a preference a cloned policy
-        learns as if it were part of the task (FrozenLake's search order put Left before Right).
+        may learn as if it were part of the task (FrozenLake's search order put Left before Right).
         When an env implements this, the ``scripted`` policy plays a uniformly drawn one of these
         (seeded per episode), so demonstrations show every optimal move. Return ``[]`` when none is
         known from here: the policy then follows :meth:`solve`.

@@ -33,8 +33,8 @@ class ScriptedPolicy:
     """Follows ``env.solve()``, re-planned every turn so a slip or a detour never derails it.
 
     Where the env lists its optimal actions (``optimal_actions()``), it plays a seeded draw among
-    them instead of the solver's first word: a clone of these demonstrations learns which moves
-    are right, not which one the solver's search happened to find first.
+    them instead of the solver's first word: a clone of these demonstrations sees every right
+    move, not only the one the solver's search happened to find first.
 
     An env without a solver is an error (``roll env play``), or with ``without_solver="random"``
     is played randomly (rollouts, where one policy name covers every env of a run).
