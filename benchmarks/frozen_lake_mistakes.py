@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 
 from roll_env_frozenlake.env import FrozenLakeEnv
-from roll_env_frozenlake.maps import MOVES, optimal_first_moves, shortest_path
+from roll_env_frozenlake.maps import MOVES, find, optimal_first_moves, shortest_path
 
 from roll_core.envs.parser import ActionParser
 
@@ -43,8 +43,7 @@ def distance(a: tuple[int, int], b: tuple[int, int]) -> int:
 def classify(rows: list[list[str]], word: str) -> list[str]:
     """The labels of one decision (``optimal`` or the mistakes it makes, plus ``detour``)."""
     desc = ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
-    pos = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "P")
-    goal = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "G")
+    pos, goal = find(desc, "S"), find(desc, "G")
     path = shortest_path(desc, pos)
     labels = ["detour"] if path is not None and len(path) > distance(pos, goal) else []
     action = FrozenLakeEnv.action_lookup.get(word)

@@ -23,7 +23,6 @@ def shortest_path(desc: list[str], start: tuple[int, int]) -> list[int] | None:
 
     ``[]`` when ``start`` is the goal; ``None`` when no walk exists or ``start`` is a hole.
     """
-    rows, cols = len(desc), len(desc[0])
     if desc[start[0]][start[1]] == "H":
         return None
     parent: dict[tuple[int, int], tuple[tuple[int, int], int] | None] = {start: None}
@@ -36,9 +35,8 @@ def shortest_path(desc: list[str], start: tuple[int, int]) -> list[int] | None:
                 cell, action = parent[cell]
                 path.append(action)
             return path[::-1]
-        for action, (dr, dc) in MOVES.items():
-            nxt = (cell[0] + dr, cell[1] + dc)
-            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in parent and desc[nxt[0]][nxt[1]] != "H":
+        for action, nxt in open_moves(desc, cell):
+            if nxt not in parent:
                 parent[nxt] = (cell, action)
                 queue.append(nxt)
     return None
@@ -48,26 +46,31 @@ def optimal_first_moves(desc: list[str], start: tuple[int, int]) -> list[int]:
     """Every action index that begins a shortest hole-free walk from ``start`` to ``G``, in index order.
 
     :func:`shortest_path` returns one walk, whose first move is a tie-break of its search order
-    (Left before Down before Right before Up); a policy that clones it learns that order as a
+    (Left before Down before Right before Up); a policy that clones it may learn that order as a
     preference. ``[]`` when ``start`` is the goal, a hole, or cut off from the goal.
     """
-    rows, cols = len(desc), len(desc[0])
     goal = find(desc, "G")
-    if desc[start[0]][start[1]] == "H" or start == goal:
-        return []
-    distance = {goal: 0}  # hole-free distance to the goal (moves are reversible)
+    distance = {goal: 0}  # hole-free distance to the goal (moves are reversible); holes never enter
     queue = deque([goal])
     while queue:
         cell = queue.popleft()
-        for dr, dc in MOVES.values():
-            nxt = (cell[0] + dr, cell[1] + dc)
-            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in distance and desc[nxt[0]][nxt[1]] != "H":
+        for _, nxt in open_moves(desc, cell):
+            if nxt not in distance:
                 distance[nxt] = distance[cell] + 1
                 queue.append(nxt)
     if start not in distance:
         return []
-    return [action for action, (dr, dc) in MOVES.items()
-            if distance.get((start[0] + dr, start[1] + dc), -1) == distance[start] - 1]
+    return [action for action, nxt in open_moves(desc, start) if distance.get(nxt, -1) == distance[start] - 1]
+
+
+def open_moves(desc: list[str], cell: tuple[int, int]) -> list[tuple[int, tuple[int, int]]]:
+    """``(action, next cell)`` of every move from ``cell`` that stays on the map and off the holes."""
+    moves = []
+    for action, (dr, dc) in MOVES.items():
+        nxt = (cell[0] + dr, cell[1] + dc)
+        if 0 <= nxt[0] < len(desc) and 0 <= nxt[1] < len(desc[0]) and desc[nxt[0]][nxt[1]] != "H":
+            moves.append((action, nxt))
+    return moves
 
 
 def generate_map(size: int, p: float, rng: np.random.Generator) -> list[str]:
