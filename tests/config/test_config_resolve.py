@@ -289,3 +289,22 @@ def test_smollm2_lora_example_resolves_and_holds_out_its_validation_pairs():
                              ("1000", 0.0, 1.0)]:  # the format alone earns nothing in training
         assert rewards.score("addition", question, reply, total)[0] == paid, reply
         assert rewards.score("answer_format", question, reply, total)[0] == fmt, reply
+
+
+def test_make_addition_rewrites_the_shipped_files_and_takes_another_prompt(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "examples/rlvr"
+    spec = importlib.util.spec_from_file_location("make_addition", data / "make_addition.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--out", str(tmp_path / "shipped")])
+    for name in ("addition_train.jsonl", "addition_val.jsonl"):  # the shipped files are reproducible
+        assert (tmp_path / "shipped" / name).read_bytes() == (data / "data" / name).read_bytes()
+    script.main(["--out", str(tmp_path / "other"), "--prompt", "Add {a} and {b}."])
+    shipped = [json.loads(line) for line in open(tmp_path / "shipped/addition_val.jsonl")]
+    other = [json.loads(line) for line in open(tmp_path / "other/addition_val.jsonl")]
+    assert [r["prompt"] for r in other][:2] == ["Add 32 and 43."] * 2  # the same pairs, the new question
+    assert [{**r, "prompt": None} for r in other] == [{**r, "prompt": None} for r in shipped]
