@@ -59,9 +59,11 @@ def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attentio
     transformers' own padding-free path on sdpa builds one ``T x T`` block-diagonal mask over the
     packed micro-batch: exact, but attention then costs ``T^2`` instead of ``sum(l_i^2)`` and the
     masked kernel is the slow one (measured: packing 64 long-tailed rows made a step 2.4x slower
-    than padding them, while per-row calls made it 2.4x faster). Here every row is one causal sdpa
-    call without a mask, as flash-attention's varlen kernel would do (a sliding-window layer gets
-    its band mask on rows longer than the window). With a padding mask (the padded path) or no
+    than padding them, while per-row calls made it 2.4x faster). Here every row is causal sdpa
+    without a mask, as flash-attention's varlen kernel would do (a sliding-window layer gets its
+    band mask on rows longer than the window), and rows of the same length go in one call: a
+    micro-batch of 32 one-token answers to prompts of one length is one call a layer, not 32
+    (docs/benchmarks.md section 18). With a padding mask (the padded path) or no
     ``cu_seq_lens_q`` this is transformers' sdpa unchanged.
     """
     import torch
@@ -74,16 +76,31 @@ def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attentio
                                       is_causal=is_causal, **kwargs)
     window = kwargs.get("sliding_window")
     edges = bounds.tolist()
-    outs = []
+    groups: dict[int, list[int]] = {}  # row length -> the rows' starts, in order
     for a, b in zip(edges[:-1], edges[1:]):
-        if b == a:
-            continue
+        if b > a:
+            groups.setdefault(b - a, []).append(a)
+    out = None
+    for length, starts in groups.items():
         # a sliding-window layer (transformers' rule: a query sees the last `window` keys, itself included)
-        mask = (torch.ones(b - a, b - a, dtype=torch.bool, device=query.device).tril_()
-                .triu_(-(int(window) - 1))[None, None]) if window and b - a > window else None
-        outs.append(sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], mask,
-                                           dropout=dropout, scaling=scaling, is_causal=mask is None)[0])
-    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
+        mask = (torch.ones(length, length, dtype=torch.bool, device=query.device).tril_()
+                .triu_(-(int(window) - 1))[None, None]) if window and length > window else None
+        if len(groups) == 1 and len(starts) == 1:
+            a, b = starts[0], starts[0] + length
+            return sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], mask,
+                                          dropout=dropout, scaling=scaling, is_causal=mask is None)[0], None
+        # the rows of one length as one [rows, heads, length, head_dim] batch: one call instead of one
+        # per row (the same values bit for bit on CPU: sdpa computes every batch entry on its own)
+        index = (torch.tensor(starts, device=query.device)[:, None]
+                 + torch.arange(length, device=query.device)).reshape(-1)
+        rows = [t.index_select(2, index).unflatten(2, (len(starts), length)).transpose(1, 2)[0]
+                for t in (query, key, value)]
+        part = sdpa_attention_forward(module, *rows, mask, dropout=dropout, scaling=scaling,
+                                      is_causal=mask is None)[0]  # [rows, length, heads, head_dim]
+        if out is None:
+            out = query.new_zeros(1, query.shape[2], *part.shape[2:])
+        out = out.index_copy(1, index, part.reshape(1, -1, *part.shape[2:]))
+    return out, None
 
 
 def segment_mask(*args: Any, attention_mask: Any = None, **kwargs: Any) -> Any:

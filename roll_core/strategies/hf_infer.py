@@ -328,6 +328,29 @@ class HFInferStrategy(InferStrategy):
     def _prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
         """The KV cache of left-padded ``prompts`` and each row's next-token logits.
 
+        Identical prompts (a GRPO group's samples, the first turn of a group's episodes) are run
+        through the model once, and their cache rows and logits copied to every request that asked:
+        a group of 8 costs one prompt's prefill, as a prefix cache would give it (docs/benchmarks.md
+        section 18). The sampling is per request, so each sample keeps its own draw; a row's
+        logits may differ from a full prefill's in the last bits (a matrix product's rounding can
+        depend on its row count). Models whose cache is not plain per-layer K/V run every row.
+        """
+        from transformers.cache_utils import DynamicLayer
+
+        first: dict[tuple[int, ...], int] = {}
+        inverse = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        if len(first) < len(prompts):
+            cache, logits = self._prefill_rows([list(p) for p in first])
+            if all(type(layer) is DynamicLayer for layer in cache.layers):
+                index = torch.tensor(inverse, device=logits.device)
+                for layer in cache.layers:
+                    layer.reorder_cache(index)
+                return cache, logits.index_select(0, index)
+        return self._prefill_rows(prompts)
+
+    def _prefill_rows(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
+        """:meth:`_prefill` of every row as it is.
+
         Rows are run through the model in buckets of similar prompt length
         (:func:`prefill_buckets`), each padded only to its own longest prompt, and their caches
         are joined into one left-padded cache for the decode steps: a batch of prompts of 32 to

@@ -141,8 +141,13 @@ class OptimizerSettings:
 
 
 def _adamw(groups: list[dict[str, Any]], s: OptimizerSettings, **extra: Any) -> Any:
+    """torch's AdamW; unless fused, its multi-tensor (``foreach``) update, which torch picks by itself
+    on CUDA only: on CPU it gives the same weights bit for bit as the per-tensor loop, in fewer,
+    larger kernels (tests/strategies/test_settings.py; docs/benchmarks.md section 18)."""
     import torch
 
+    if not extra.get("fused"):
+        extra.setdefault("foreach", True)
     return torch.optim.AdamW(groups, lr=s.learning_rate, betas=s.adam_betas, eps=s.adam_epsilon, **extra)
 
 

@@ -85,6 +85,36 @@ def test_prompts_of_very_different_lengths_prefill_in_buckets(infer):
         assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
 
 
+def test_identical_prompts_are_prefilled_once_and_sampled_apart(infer, monkeypatch):
+    """A group's samples share their prompt: the model prefills each distinct prompt once (mixed
+    with prompts of other lengths, so the shared cache rows go through the bucketed join), and every
+    request still gets what the row-by-row prefill gives it: the same tokens, its own draws
+    (per-request seeds), log-probs equal to rounding and to a teacher-forced forward's."""
+    base = prompts_of(infer, 3)
+    prompts = [base[0], base[1], base[0], base[2] * 3, base[1], base[0], base[2] * 3]
+    requests = [GenerationRequest(f"g{i}", p, SamplingParams(max_new_tokens=8, temperature=1.0, seed=i))
+                for i, p in enumerate(prompts)]
+    prefilled: list[int] = []
+    hook = infer.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: prefilled.append(kwargs["input_ids"].shape[0]) if kwargs["input_ids"].shape[1] > 1
+        else None, with_kwargs=True)
+    try:
+        shared = infer.generate(requests)
+    finally:
+        hook.remove()
+    assert sum(prefilled) == 3  # three distinct prompts, seven requests
+    monkeypatch.setattr(infer, "_prefill", infer._prefill_rows)
+    every_row = infer.generate(requests)
+    # the same draws; log-probs to rounding (a matrix product's may depend on its row count)
+    assert [o.token_ids for o in shared] == [o.token_ids for o in every_row]
+    for a, b in zip(shared, every_row):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    assert shared[0].token_ids != shared[2].token_ids or shared[0].token_ids != shared[5].token_ids
+    for request, out in zip(requests, shared):
+        reference = teacher_forced(infer, request.prompt_ids, out.token_ids)
+        assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
+
+
 def test_prefill_buckets_bound_the_padding():
     lengths = [512, 40, 400, 390, 33, 100, 80, 512]
     buckets = prefill_buckets(lengths)

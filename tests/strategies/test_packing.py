@@ -62,10 +62,11 @@ def test_pack_rows_worked_example():
     assert pack_rows(mb) is None
 
 
-def long_tailed_batch(seed=0):
-    """Right-padded rows with long-tailed responses, one left-padded row, one row with no response."""
+def long_tailed_batch(seed=0, shape=None):
+    """Right-padded rows with long-tailed responses, one left-padded row, one row with no response;
+    ``shape``: other (prompt, response) lengths."""
     gen = torch.Generator().manual_seed(seed)
-    shape = [(4, 2), (6, 30), (3, 5), (5, 12), (4, 0), (3, 8), (6, 3)]
+    shape = shape or [(4, 2), (6, 30), (3, 5), (5, 12), (4, 0), (3, 8), (6, 3)]
     width = max(p + r for p, r in shape)
     ids = torch.zeros(len(shape), width, dtype=torch.long)
     attn, resp = torch.zeros_like(ids), torch.zeros_like(ids)
@@ -142,6 +143,22 @@ def test_sliding_window_layers_pack_exactly(tiny_dir):
     torch.testing.assert_close(lp_pack, lp_pad, atol=1e-5, rtol=1e-5)
     full = HFTrainStrategy(tiny_dir, packing=PADDED).compute_log_probs(batch)[0]
     assert (full - lp_pad).abs().max() > 1e-2  # the window changes the numbers: the test is not vacuous
+
+
+def test_rows_of_one_length_pack_as_the_padded_rows(tiny_dir):
+    """A GRPO group's rows often have one length: packed, they share an attention call per layer
+    (attention.py); log-probs and a train step's gradients still equal the padded path's."""
+    shape = [(5, 2), (4, 3), (5, 2), (3, 1), (6, 1), (3, 1), (5, 2), (2, 5)]  # lengths 7 (x6) and 4 (x2)
+    batch = long_tailed_batch(seed=2, shape=shape)
+    padded = HFTrainStrategy(tiny_dir, packing=PADDED, infer_batch_size=8, **sgd())
+    packed = HFTrainStrategy(tiny_dir, packing=PackingSettings(enabled=True), infer_batch_size=8, **sgd())
+    assert packed.packs and [m.index.tolist() for m in packed._micro_batches(batch, train=False)] == [list(range(8))]
+    torch.testing.assert_close(packed.compute_log_probs(batch)[0], padded.compute_log_probs(batch)[0],
+                               atol=1e-5, rtol=1e-5)
+    config = AgenticConfig.model_validate({"sequence_length": 64})
+    loss_fn = make_actor_loss_fn(config, Normalisers.from_mask(batch["response_mask"][:, 1:].float(),
+                                                               norm_seq_len(config)), loss_variant=losses.ppo)
+    assert_same_step(step_gradients(padded, batch, loss_fn), step_gradients(packed, batch, loss_fn))
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
@@ -235,3 +252,50 @@ def test_roll_fields_reach_the_strategy(tiny_dir):
     with pytest.raises(ValueError, match="algorithm"):
         AgenticConfig.model_validate({"sequence_length": 64,
                                       "actor_train": {"sequence_packing_args": {"algorithm": "greedy"}}})
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_segment_attention_batches_rows_of_one_length_with_each_row_s_own_values(window):
+    """Rows of the same length go through sdpa in one call (docs/benchmarks.md section 18); every
+    row's output and the gradients of q, k and v must be those of one sdpa call per row, bit for bit
+    (sdpa computes each batch entry on its own), whatever order the lengths come in."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from roll_core.strategies.attention import segment_sdpa_forward
+
+    module = SimpleNamespace(is_causal=True, num_key_value_groups=2, training=True)
+    lengths = [9, 3, 9, 1, 0, 9, 3, 12, 1]
+    edges = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    total = int(edges[-1])
+    gen = torch.Generator().manual_seed(0)
+    q0, k0, v0 = (torch.randn(1, heads, total, 8, generator=gen) for heads in (4, 2, 2))
+    upstream = torch.randn(1, total, 4, 8, generator=gen)
+
+    def row_by_row(q, k, v):
+        outs = []
+        for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            if b == a:
+                continue
+            n = b - a
+            mask = (torch.ones(n, n, dtype=torch.bool).tril_().triu_(-(window - 1))[None, None]
+                    if window and n > window else None)
+            outs.append(sdpa_attention_forward(module, q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], mask,
+                                               scaling=0.3, is_causal=mask is None)[0])
+        return torch.cat(outs, dim=1)
+
+    def grouped(q, k, v):
+        extra = {"sliding_window": window} if window else {}
+        return segment_sdpa_forward(module, q, k, v, None, scaling=0.3, cu_seq_lens_q=edges,
+                                    cu_seq_lens_k=edges, **extra)[0]
+
+    results = []
+    for attend in (row_by_row, grouped):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        out = attend(q, k, v)
+        (out * upstream).sum().backward()
+        results.append((out.detach(), q.grad, k.grad, v.grad))
+    assert results[1][0].shape == (1, total, 4, 8)
+    for got, want in zip(*results):
+        assert torch.equal(got, want)

@@ -84,6 +84,36 @@ def test_optim_picks_the_optimizer_by_hf_name():
     assert OptimizerSettings.from_worker_config({"training_args": {"optim": "sgd"}}).optim == "sgd"
 
 
+def test_adamw_takes_the_multi_tensor_update_with_the_per_tensor_loop_s_weights():
+    """roll asks AdamW for its ``foreach`` update (torch picks it on CUDA only); on CPU it must give
+    the per-tensor loop's weights bit for bit, through weight decay, two groups and a schedule."""
+    import torch
+
+    torch.manual_seed(0)
+    start = [torch.randn(shape) for shape in ((64, 16), (16,), (8, 16), (1,))]
+    settings = OptimizerSettings(learning_rate=1e-2, weight_decay=0.05, lr_scheduler_type="cosine",
+                                 num_training_steps=30)
+    assert settings.optimizer([{"params": [torch.nn.Parameter(torch.ones(1))]}]).defaults["foreach"] is True
+    assert "foreach" not in {k for k, v in OptimizerSettings(optim="adamw_torch_fused").optimizer(
+        [{"params": [torch.nn.Parameter(torch.ones(1))]}]).defaults.items() if v}
+    finals = []
+    for foreach in (True, False):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        groups = [{"params": params[:2], "weight_decay": 0.05}, {"params": params[2:], "weight_decay": 0.0}]
+        optimizer = settings.optimizer(groups) if foreach else torch.optim.AdamW(
+            groups, lr=1e-2, betas=settings.adam_betas, eps=settings.adam_epsilon, foreach=False)
+        schedule = settings.lr_scheduler(optimizer)
+        noise = torch.Generator().manual_seed(1)
+        for step in range(30):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=noise) * (step + 1)
+            optimizer.step()
+            schedule.step()
+        finals.append(params)
+    assert all(torch.equal(a, b) for a, b in zip(*finals))
+    assert not torch.equal(finals[0][0], start[0])
+
+
 def test_sgd_really_trains_with_sgd(tiny_dir):
     """One step of plain SGD moves every weight by exactly -lr * grad (AdamW would not)."""
     import torch
