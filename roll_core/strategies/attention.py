@@ -80,26 +80,25 @@ def segment_sdpa_forward(module: Any, query: Any, key: Any, value: Any, attentio
     for a, b in zip(edges[:-1], edges[1:]):
         if b > a:
             groups.setdefault(b - a, []).append(a)
-    out = None
+    parts, places = [], []
     for length, starts in groups.items():
         # a sliding-window layer (transformers' rule: a query sees the last `window` keys, itself included)
         mask = (torch.ones(length, length, dtype=torch.bool, device=query.device).tril_()
                 .triu_(-(int(window) - 1))[None, None]) if window and length > window else None
-        if len(groups) == 1 and len(starts) == 1:
-            a, b = starts[0], starts[0] + length
-            return sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], mask,
-                                          dropout=dropout, scaling=scaling, is_causal=mask is None)[0], None
-        # the rows of one length as one [rows, heads, length, head_dim] batch: one call instead of one
-        # per row (the same values bit for bit on CPU: sdpa computes every batch entry on its own)
-        index = (torch.tensor(starts, device=query.device)[:, None]
-                 + torch.arange(length, device=query.device)).reshape(-1)
-        rows = [t.index_select(2, index).unflatten(2, (len(starts), length)).transpose(1, 2)[0]
-                for t in (query, key, value)]
+        place = (torch.tensor(starts, device=query.device)[:, None]
+                 + torch.arange(length, device=query.device)).reshape(-1)  # the rows' positions
+        if len(starts) == 1:  # a row of its own length: a view, no copy
+            rows = [t[:, :, starts[0] : starts[0] + length] for t in (query, key, value)]
+        else:  # the rows of one length as one [rows, heads, length, head_dim] batch: one call, not one a row
+            rows = [t.index_select(2, place).unflatten(2, (len(starts), length)).transpose(1, 2)[0]
+                    for t in (query, key, value)]
         part = sdpa_attention_forward(module, *rows, mask, dropout=dropout, scaling=scaling,
                                       is_causal=mask is None)[0]  # [rows, length, heads, head_dim]
-        if out is None:
-            out = query.new_zeros(1, query.shape[2], *part.shape[2:])
-        out = out.index_copy(1, index, part.reshape(1, -1, *part.shape[2:]))
+        parts.append(part.reshape(1, -1, *part.shape[2:]))
+        places.append(place)
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    if any(len(starts) > 1 for starts in groups.values()):  # back to the rows' order (they cover 0..T-1)
+        out = out.index_select(1, torch.argsort(torch.cat(places)))
     return out, None
 
 
