@@ -59,3 +59,27 @@ def test_a_dump_is_summarised(program, tmp_path, capsys):
     assert "3 decisions; 1 failed episodes, 1 of them on their first move" in out
     assert "optimal: 2 (66.7%)" in out and "into a hole towards the goal: 1 (33.3%)" in out
     assert "into a hole by move: Down 1" in out
+
+
+def test_confidence_says_how_often_a_group_samples_no_optimal_move(program, capsys):
+    assert program.optimal_words(program.grid_of(prompt(GRID))) == ["Left"]
+    scored = [(prompt(GRID), ["into a hole towards the goal"]), (prompt(GRID), ["optimal"]),
+              (prompt(GRID), ["optimal"])]
+    probs = [{"Left": 0.25, "Down": 0.75, "Right": 0.0, "Up": 0.0},
+             {"Left": 0.9, "Down": 0.1, "Right": 0.0, "Up": 0.0},
+             {"Left": 0.02, "Down": 0.0, "Right": 0.98, "Up": 0.0}]
+    program.confidence_report(scored, probs, group_size=2)
+    out = capsys.readouterr().out
+    # (1 - 0.25)^2 = 0.5625; the optimal decisions: (0.1^2 + 0.98^2) / 2 = 0.485
+    assert "into a hole towards the goal (1): median 0.250, mean 0.250, < 0.05: 0, < 0.25: 0; " \
+           "no optimal move in the group: 0.56" in out
+    assert "optimal (2): median 0.900, mean 0.460, < 0.05: 1, < 0.25: 1; no optimal move in the group: 0.49" in out
+
+
+def test_a_checkpoint_scores_the_four_moves(program, tmp_path):
+    from roll_core.models.tiny import build_tiny_model
+
+    model_dir = build_tiny_model("roll-tiny", seed=0, out_dir=str(tmp_path / "model"))
+    (probs,) = program.move_probabilities(model_dir, [prompt(GRID)])
+    assert sorted(probs) == ["Down", "Left", "Right", "Up"]
+    assert sum(probs.values()) == pytest.approx(1.0, abs=1e-5) and all(0 < p < 1 for p in probs.values())
