@@ -12,7 +12,8 @@ decisions where planning, not a look at the next cell, is needed.
 
 With ``--model``, every decision is also scored by that checkpoint: the probability it gives the
 optimal moves at temperature 1 (the move is one token after ``<answer>``). It says whether a
-greedy mistake is a near tie, which sampling in RL corrects, or a confident one: then a GRPO group
+greedy mistake is a near tie, which the samples of one GRPO group see both ways (a success and
+a failure: a gradient at that state), or a confident one: then a GRPO group
 of ``--group-size`` samples from that state seldom holds an optimal move, every sample fails alike,
 and group-normalised advantages are 0 (no gradient where the mistake is).
 """
@@ -89,6 +90,7 @@ def move_probabilities(model_dir: str, prompts: list[str]) -> list[dict[str, flo
 
 
 def optimal_words(rows: list[list[str]]) -> list[str]:
+    """The moves that begin a shortest hole-free walk from P, as words."""
     desc = ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
     return [FrozenLakeEnv.action_words[a] for a in optimal_first_moves(desc, find(desc, "S"))]
 
