@@ -134,6 +134,8 @@ class HFInferStrategy(InferStrategy):
         self._aborted: set[str] = set()
         self._inflight: set[str] = set()
         self._offloaded = False
+        #: False once a prefill showed this model's cache is not plain per-layer K/V (see _prefill)
+        self._shared_prefill = True
         self._static: StaticDecoder | None = None
         if self.decode_cache == "static":
             self._static = StaticDecoder(self.model, self.max_batch_size, self.pad_token_id, bool(cuda_graphs))
@@ -333,19 +335,21 @@ class HFInferStrategy(InferStrategy):
         a group of 8 costs one prompt's prefill, as a prefix cache would give it (docs/benchmarks.md
         section 18). The sampling is per request, so each sample keeps its own draw; a row's
         logits may differ from a full prefill's in the last bits (a matrix product's rounding can
-        depend on its row count). Models whose cache is not plain per-layer K/V run every row.
+        depend on its row count). Models whose cache is not plain per-layer K/V run every row: the
+        first such prefill is done again whole, and later ones are not tried shared.
         """
         from transformers.cache_utils import DynamicLayer
 
         first: dict[tuple[int, ...], int] = {}
         inverse = [first.setdefault(tuple(p), len(first)) for p in prompts]
-        if len(first) < len(prompts):
+        if self._shared_prefill and len(first) < len(prompts):
             cache, logits = self._prefill_rows([list(p) for p in first])
             if all(type(layer) is DynamicLayer for layer in cache.layers):
                 index = torch.tensor(inverse, device=logits.device)
                 for layer in cache.layers:
                     layer.reorder_cache(index)
                 return cache, logits.index_select(0, index)
+            self._shared_prefill = False
         return self._prefill_rows(prompts)
 
     def _prefill_rows(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:

@@ -115,6 +115,27 @@ def test_identical_prompts_are_prefilled_once_and_sampled_apart(infer, monkeypat
         assert torch.allclose(torch.tensor(out.logprobs), reference, atol=1e-4)
 
 
+def test_a_cache_that_is_not_plain_kv_is_prefilled_whole_and_not_shared_again(peaked_dir, monkeypatch):
+    """A model whose cache layers are not plain per-layer K/V cannot have its rows copied: its first
+    batch with shared prompts is prefilled again row by row, and later batches are not tried
+    shared, so such a model pays one prefill a batch, not two."""
+    import transformers.cache_utils
+
+    strategy = HFInferStrategy(peaked_dir, seed=0, max_batch_size=8)
+    base = prompts_of(strategy, 2)
+    requests = [GenerationRequest(f"r{i}", p, GREEDY) for i, p in enumerate([base[0], base[1], base[0]])]
+    expected = strategy.generate(requests)
+    monkeypatch.setattr(transformers.cache_utils, "DynamicLayer", type("OtherLayer", (), {}))
+    calls: list[int] = []
+    rows = strategy._prefill_rows
+    monkeypatch.setattr(strategy, "_prefill_rows", lambda prompts: calls.append(len(prompts)) or rows(prompts))
+    first = strategy.generate(requests)
+    assert calls == [2, 3]  # the shared prefill, then every row
+    second = strategy.generate(requests)
+    assert calls == [2, 3, 3]  # not tried shared again
+    assert [o.token_ids for o in first] == [o.token_ids for o in second] == [o.token_ids for o in expected]
+
+
 def test_prefill_buckets_bound_the_padding():
     lengths = [512, 40, 400, 390, 33, 100, 80, 512]
     buckets = prefill_buckets(lengths)
