@@ -47,9 +47,14 @@ def distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return abs(a[0] - b[0]) + abs(a[1] - b[1])
 
 
+def desc_of(rows: list[list[str]]) -> list[str]:
+    """Rows of cell symbols as the env's gymnasium map letters (S, F, H, G)."""
+    return ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
+
+
 def classify(rows: list[list[str]], word: str) -> list[str]:
     """The labels of one decision (``optimal`` or the mistakes it makes, plus ``detour``)."""
-    desc = ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
+    desc = desc_of(rows)
     pos, goal = find(desc, "S"), find(desc, "G")
     path = shortest_path(desc, pos)
     labels = ["detour"] if path is not None and len(path) > distance(pos, goal) else []
@@ -91,7 +96,7 @@ def move_probabilities(model_dir: str, prompts: list[str]) -> list[dict[str, flo
 
 def optimal_words(rows: list[list[str]]) -> list[str]:
     """The moves that begin a shortest hole-free walk from P, as words."""
-    desc = ["".join(LETTERS.get(cell, "F") for cell in row) for row in rows]
+    desc = desc_of(rows)
     return [FrozenLakeEnv.action_words[a] for a in optimal_first_moves(desc, find(desc, "S"))]
 
 
