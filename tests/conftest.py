@@ -1,10 +1,11 @@
-"""What every test directory shares: the test environment variables and the one Ray fixture."""
+"""What every test directory shares: the test environment variables and the Ray fixtures."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import time
 
 import pytest
 
@@ -25,6 +26,39 @@ def ray_session():
 
     start_ray(num_cpus=4, log_to_driver=False, logging_level=logging.WARNING)
     yield ray
+
+
+@pytest.fixture
+def actor_gone(ray_session):
+    """``actor_gone(call)``: whether ``call()``'s actor is dead, waiting up to 30 s for Ray to say so."""
+    ray = ray_session
+
+    def gone(call) -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                ray.get(call(), timeout=5)
+            except ray.exceptions.RayActorError:
+                return True
+            time.sleep(0.05)
+        return False
+
+    return gone
+
+
+@pytest.fixture
+def kill_actor(ray_session, actor_gone):
+    """``kill_actor(actor, probe)``: kill a Ray actor and return once Ray reports it dead.
+
+    ``ray.kill`` returns before the actor is gone, so calls made right after it may still be served
+    (CI once saw a "killed" reward worker score four samples); ``probe`` names one of its methods.
+    """
+
+    def kill(actor, probe: str) -> None:
+        ray_session.kill(actor, no_restart=True)
+        assert actor_gone(getattr(actor, probe).remote), f"the actor was killed 30 s ago and still answers {probe}()"
+
+    return kill
 
 
 @pytest.fixture(scope="session", autouse=True)

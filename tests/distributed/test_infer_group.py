@@ -65,31 +65,14 @@ def sync(group, version: int) -> list[str]:
     return [t.node_id for t in targets]
 
 
-def gone(ray, call) -> bool:
-    """Whether ``call()``'s actor is dead, waiting a while for it (``ray.kill`` is asynchronous)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ray.get(call(), timeout=5)
-        except ray.exceptions.RayActorError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def kill(ray, actor) -> None:
-    ray.kill(actor, no_restart=True)
-    assert gone(ray, actor.pinged.remote)
-
-
-def test_a_weight_sync_pings_the_workers_once_and_a_death_between_syncs_is_found(ray_session, tmp_path):
+def test_a_weight_sync_pings_the_workers_once_and_a_death_between_syncs_is_found(ray_session, kill_actor, tmp_path):
     ray = ray_session
     group = fake_group(ray, tmp_path)
     try:
         assert sync(group, 1) == ["node-0", "node-1"]
         # one round of pings for the whole sync: prepare_replacements asks, localities and reload reuse it
         assert ray.get([w.pinged.remote() for w in group.workers]) == [1, 1]
-        kill(ray, group.workers[1])  # between syncs
+        kill_actor(group.workers[1], "pinged")  # between syncs
         assert sync(group, 2) == ["node-0"]  # the next sync's one ask finds it: not planned for, not loaded
         assert ray.get(group.workers[0].pinged.remote()) == 2
         assert ray.get(group.workers[0].policy_version.remote()) == 2  # (a ping too: 3)
@@ -101,14 +84,15 @@ def test_a_weight_sync_pings_the_workers_once_and_a_death_between_syncs_is_found
         group.shutdown()
 
 
-def test_shutdown_closes_the_scheduler_and_stops_the_live_workers_before_killing_them(ray_session, tmp_path):
+def test_shutdown_closes_the_scheduler_and_stops_the_live_workers_before_killing_them(ray_session, kill_actor,
+                                                                                      actor_gone, tmp_path):
     ray = ray_session
     group = fake_group(ray, tmp_path)
-    kill(ray, group.workers[1])
+    kill_actor(group.workers[1], "pinged")
     assert group.lost_workers().keys() == {1}
     scheduler, workers = group.scheduler, list(group.workers)
     started = time.monotonic()
     group.shutdown()
     assert time.monotonic() - started < 10  # the lost worker is not waited for
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stopped-0"]  # stopped while alive, then killed
-    assert gone(ray, scheduler.stats.remote) and gone(ray, workers[0].pinged.remote)
+    assert actor_gone(scheduler.stats.remote) and actor_gone(workers[0].pinged.remote)

@@ -52,7 +52,7 @@ def test_driver_scoring_keeps_order_and_counts_failures(monkeypatch):
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_worker_groups_score_concurrently_in_order_and_survive_their_failures():
+def test_worker_groups_score_concurrently_in_order_and_survive_their_failures(kill_actor):
     sections = {"d": RewardConfig(world_size=2, infer_batch_size=2, score_timeout=2.0),
                 "who": RewardConfig(world_size=2), "dies": RewardConfig(world_size=1, score_timeout=20.0)}
     rewards = {"d": reg("behaving", "roll_reward_testfns:behaving"), "who": reg("pid", "roll_reward_testfns:pid"),
@@ -79,10 +79,8 @@ def test_worker_groups_score_concurrently_in_order_and_survive_their_failures():
         assert joined == [("rewards.dies", "rank 0")] and scoring.groups["dies"].lost == {}
         assert score_all(scoring, "dies", ["a"]) == [(1.0, True, "")]
         # one rank of two dies: the samples it held cost worker_lost, later ones all go to the survivor
-        import ray
-
         who = scoring.groups["who"]
-        ray.kill(who.workers[0], no_restart=True)
+        kill_actor(who.workers[0], "ready")  # returns once Ray says it is dead
         first = score_all(scoring, "who", ["x"] * 4)
         assert {f for _, _, f in first} <= {"", "worker_lost"} and list(who.lost) == [0]
         after = score_all(scoring, "who", ["x"] * 4)
