@@ -37,9 +37,11 @@ LETTERS = {"P": "S", "O": "H", "G": "G"}
 
 
 def grid_of(prompt: str) -> list[list[str]]:
-    """The last user message of a turn's prompt, as rows of cell symbols."""
+    """The last user message of a turn's prompt, as rows of cell symbols (without the env's
+    ``show_neighbours`` line, which starts with an action word)."""
     text = prompt.split("<|im_start|>user\n")[-1].split("<|im_end|>")[0]
-    return [row.split() for row in text.strip("\n").split("\n")]
+    rows = [row.split() for row in text.strip("\n").split("\n")]
+    return [row for row in rows if row[:1] and row[0] not in FrozenLakeEnv.action_lookup]
 
 
 def distance(a: tuple[int, int], b: tuple[int, int]) -> int:

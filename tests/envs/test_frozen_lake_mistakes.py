@@ -38,6 +38,12 @@ def test_each_move_is_classified_against_the_solver(program, word, labels):
     assert program.classify(program.grid_of(prompt(GRID)), word) == labels
 
 
+def test_the_neighbours_line_is_not_read_as_a_row(program):
+    with_line = GRID + "\nLeft - Down O Right - Up #"  # show_neighbours: true, the demo since 2026-11-28
+    assert program.grid_of(prompt(with_line)) == program.grid_of(prompt(GRID))
+    assert program.classify(program.grid_of(prompt(with_line)), "Down") == ["into a hole towards the goal"]
+
+
 def test_a_detour_map_is_marked(program):
     walled = " P O -\n - O G\n - - -"  # straight distance 3, the walk round the holes 5
     assert program.classify(program.grid_of(prompt(walled)), "Down") == ["detour", "optimal"]

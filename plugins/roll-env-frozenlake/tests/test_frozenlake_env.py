@@ -62,6 +62,20 @@ def test_scripted_policy_draws_among_the_optimal_moves():
     assert {make_policy("scripted", seed)(env, "") for seed in range(10)} == {"<answer>Down</answer>"}
 
 
+def test_show_neighbours_names_the_cell_each_action_leads_to():
+    env = FrozenLakeEnv(is_slippery=False, show_neighbours=True)
+    observation, _ = env.reset(options={"desc": ["FHF", "FSG", "FFF"]})
+    assert observation == "_O_\n_PG\n___\nLeft _ Down _ Right G Up O"
+    assert env.render_text() == "_O_\n_PG\n___"  # frames and the grid itself are unchanged
+    observation, *_ = env.step("<answer>Down</answer>")
+    assert observation.splitlines()[-1] == "Left _ Down # Right _ Up _"  # the start is ice
+    env = FrozenLakeEnv(is_slippery=False, show_neighbours=True, edge_symbol="|",
+                        grid_lookup={0: " P", 1: " -", 2: " O", 3: " G", 4: " X", 5: " √"})
+    observation, _ = env.reset(options={"desc": ["SH", "FG"]})
+    assert observation == " P O\n - G\nLeft | Down - Right O Up |"
+    check_env("frozen_lake", {"show_neighbours": True, "size": 4, "is_slippery": False}, seeds=(0, 5))
+
+
 def test_walking_into_the_edge_is_ineffective():
     env = FrozenLakeEnv(is_slippery=False)
     observation, _ = env.reset(options={"desc": ["SF", "FG"]})
@@ -100,7 +114,8 @@ def test_generated_maps_match_config():
 
 
 @pytest.mark.parametrize("bad", [{"size": 1}, {"p": 0}, {"grid_lookup": {0: "P"}}, {"sizee": 4},
-                                 {"grid_lookup": {0: "P", 1: "P", 2: "O", 3: "G", 4: "X", 5: "V"}}])
+                                 {"grid_lookup": {0: "P", 1: "P", 2: "O", 3: "G", 4: "X", 5: "V"}},
+                                 {"show_neighbours": True, "edge_symbol": " O"}, {"edge_symbol": ""}])
 def test_bad_configs_are_rejected(bad):
     with pytest.raises(ConfigError):
         make_env("frozen_lake", bad)
