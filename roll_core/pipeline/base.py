@@ -455,7 +455,8 @@ class TrainingLoop:
                     data["ref_log_probs"] = actor.compute_ref_log_probs(forward)
                 else:
                     data["ref_log_probs"] = self.workers["reference"].compute_log_probs(forward)
-        if self.recompute_old_log_probs(len(data["input_ids"])):
+        old_log_probs = self.old_log_probs_source(len(data["input_ids"]))
+        if old_log_probs == "driver":
             with timer("old_logp"):
                 data["old_log_probs"] = actor.compute_log_probs(forward)
         if self.needs_critic:
@@ -469,21 +470,27 @@ class TrainingLoop:
                 metrics.update(self.workers["critic"].train_critic(train, shuffle_seed=step))
         if step > c.critic_warmup or not self.needs_critic:
             with timer("actor"):
-                metrics.update(actor.train_actor(train, epochs=c.ppo_epochs, shuffle_seed=step))
+                metrics.update(actor.train_actor(train, epochs=c.ppo_epochs, shuffle_seed=step,
+                                                 old_log_probs_here=old_log_probs == "train_step"))
         return metrics
 
-    def recompute_old_log_probs(self, rows: int) -> bool:
-        """Old log-probs from actor_train are needed unless the step is a single optimiser step
-        with no KL term: then the first forward's detached log-probs are pi_old (docs/algorithms.md §6.1)."""
+    def old_log_probs_source(self, rows: int) -> str | None:
+        """Where pi_old comes from (docs/algorithms.md §6.1): ``"driver"`` when the advantages read it
+        (the KL penalty against a reference, the train-inference correction), so actor_train computes
+        it for every row first; ``"train_step"`` when only the ratio does and the step takes several
+        optimiser steps (or recompute is asked for), so each rank computes it for the rows that train
+        after its first update, in the same call (:meth:`TrainWorker.train_actor`); ``None`` for one
+        optimiser step and no KL term: the first forward's detached log-probs are pi_old."""
         c = self.config
         if c.force_disable_old_logprobs_recompute:
-            return False
+            return None
+        correction = c.train_infer_correction
+        if self.use_reference or correction.is_weight.enabled or any(f.enabled for f in correction.filters):
+            return "driver"
         targs = c.actor_train.training_args
         mini = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
         several_steps = c.ppo_epochs > 1 or rows > mini
-        correction = c.train_infer_correction
-        wants_correction = correction.is_weight.enabled or any(f.enabled for f in correction.filters)
-        return bool(c.enable_old_logprobs_recompute or several_steps or self.use_reference or wants_correction)
+        return "train_step" if c.enable_old_logprobs_recompute or several_steps else None
 
     def compute_advantages(self, data: dict[str, Any]) -> dict[str, float]:
         """Rewards -> advantages (the run's estimator), then the optional train-inference correction."""

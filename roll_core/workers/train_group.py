@@ -108,8 +108,12 @@ class TrainGroup:
         return out
 
     # -- training -----------------------------------------------------------------------------
-    def train_actor(self, data: dict[str, Any], *, epochs: int, shuffle_seed: int) -> dict[str, float]:
-        return self._train("train_actor", data, epochs=epochs, shuffle_seed=shuffle_seed)
+    def train_actor(self, data: dict[str, Any], *, epochs: int, shuffle_seed: int,
+                    old_log_probs_here: bool = False) -> dict[str, float]:
+        """The actor's optimiser steps; ``old_log_probs_here``: each rank computes pi_old for its own
+        rows before its first update (:meth:`TrainWorker.train_actor`), instead of the driver first."""
+        return self._train("train_actor", data, epochs=epochs, shuffle_seed=shuffle_seed,
+                           old_log_probs_here=old_log_probs_here)
 
     def train_critic(self, data: dict[str, Any], *, shuffle_seed: int) -> dict[str, float]:
         return self._train("train_critic", data, epochs=1, shuffle_seed=shuffle_seed)
@@ -119,7 +123,7 @@ class TrainGroup:
         return self._train("train_sft", data, epochs=1, shuffle_seed=0, one_step=True)
 
     def _train(self, method: str, data: dict[str, Any], *, epochs: int, shuffle_seed: int,
-               one_step: bool = False) -> dict[str, float]:
+               one_step: bool = False, **options: Any) -> dict[str, float]:
         import ray
         import torch
 
@@ -133,7 +137,7 @@ class TrainGroup:
         plans = plan_training(token_lengths(data), parts=self.dp_size, mini_batch_size=0 if one_step else
                               self.mini_batch_size, epochs=epochs, shuffle_seed=shuffle_seed)
         ref = ray.put(data)
-        calls = [getattr(a, method).remote(ref, plans[int(i["dp_rank"])], epochs=epochs)
+        calls = [getattr(a, method).remote(ref, plans[int(i["dp_rank"])], epochs=epochs, **options)
                  for a, i in zip(self.actors, self.info)]
         results = self._get(calls)
         weights = [sum(len(step) for step in plans[int(i["dp_rank"])]) for i in self.info]

@@ -135,14 +135,23 @@ class TrainWorker:
         dist.all_reduce(counts, group=self.strategy.data_parallel_group())
         return Normalisers(float(counts[0]), float(counts[1]), local.seq_len)
 
-    def train_actor(self, batch: dict[str, Any], plan: list[list[int]], *, epochs: int) -> dict[str, float]:
+    def train_actor(self, batch: dict[str, Any], plan: list[list[int]], *, epochs: int,
+                    old_log_probs_here: bool = False) -> dict[str, float]:
         """One optimiser step per entry of ``plan`` (this rank's rows of each step, ``epochs`` passes
-        planned by the driver); mean metrics. Without ``old_log_probs`` in the batch (no recompute
-        needed: one optimiser step in all), the first forward's detached log-probs are pi_old, so the
-        ratio is 1 (docs/algorithms.md §6.1)."""
-        from roll_core.algorithms import make_actor_loss_fn
+        planned by the driver); mean metrics. pi_old (docs/algorithms.md §6.1) is the batch's
+        ``old_log_probs`` when the driver sent them; with ``old_log_probs_here`` this rank computes
+        them itself, before its first update, for the rows that train after it (:meth:`_old_log_probs`);
+        rows without them (one step in all, or the first step's rows) take their own forward's
+        detached log-probs, so their ratio is exactly 1. Where the driver sent no pi_old, the
+        sampler's gap to it, ``train_infer/logprob_abs_diff``, is measured here."""
+        from roll_core.algorithms import label_mask, make_actor_loss_fn
 
         needs_entropy = float(self.config.entropy_loss_coef) > 0  # a full-vocabulary softmax per token
+        gap = _Gap() if "old_log_probs" not in batch and "infer_log_probs" in batch else None
+        metrics: dict[str, float] = {}
+        first = None
+        if old_log_probs_here and "old_log_probs" not in batch:
+            batch, first, metrics = self._old_log_probs(batch, plan, epochs, gap)
 
         def step(mini):
             base = make_actor_loss_fn(self.config, self.normalisers(mini), loss_variant=self.policy_loss)
@@ -150,12 +159,42 @@ class TrainWorker:
             def loss_fn(micro, log_probs, entropy):
                 if "old_log_probs" not in micro:
                     micro = {**micro, "old_log_probs": log_probs.detach()}
+                    if gap is not None and "infer_log_probs" in micro:
+                        gap.add(micro["old_log_probs"], micro["infer_log_probs"], label_mask(micro))
                 return base(micro, log_probs, entropy)
 
             loss_fn.needs_entropy = needs_entropy
             return self.strategy.train_step(mini, loss_fn)
 
-        return self._steps(batch, plan, step, prefix="actor/")
+        out = {**self._steps(batch, plan, step, prefix="actor/", first=first), **metrics}
+        if gap is not None and gap.tokens:
+            out["train_infer/logprob_abs_diff"] = gap.mean
+        return out
+
+    def _old_log_probs(self, batch: dict[str, Any], plan: list[list[int]], epochs: int, gap: _Gap | None):
+        """``(batch with old_log_probs, the first step's batch, metrics)``: pi_old from one forward of
+        the rows that train after this rank's first update. The first step's rows need none: before
+        that update the policy is pi_old, so their own forward is it (the step a one-step run takes),
+        and the forward TRL and ROLL spend on them is saved. With several epochs a row comes back
+        after updates, so every row gets one (and the first step uses them too)."""
+        import time
+
+        import torch
+
+        from roll_core.algorithms import label_mask
+
+        later = sorted({r for rows in (plan if epochs > 1 else plan[1:]) for r in rows})
+        if not later:
+            return batch, None, {}
+        started = time.perf_counter()
+        rows = _rows(batch, later)
+        log_probs, _ = self.strategy.compute_log_probs(rows)
+        if gap is not None:
+            gap.add(log_probs, rows["infer_log_probs"], label_mask(rows))
+        old = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1, dtype=log_probs.dtype)
+        old[torch.tensor(later, dtype=torch.long)] = log_probs
+        first = None if epochs > 1 else _rows(batch, plan[0])
+        return {**batch, "old_log_probs": old}, first, {"time/old_logp": time.perf_counter() - started}
 
     def train_critic(self, batch: dict[str, Any], plan: list[list[int]], *, epochs: int = 1) -> dict[str, float]:
         """Value regression on ``returns`` (§6.6), one optimiser step per entry of ``plan``."""
@@ -177,10 +216,11 @@ class TrainWorker:
         # the loss function reports each micro-batch's share; the step's NLL is their sum
         return {"sft/nll": metrics["loss"], "sft/grad_norm": metrics["grad_norm"], "sft/lr": metrics["lr"]}
 
-    def _steps(self, batch, plan, step, *, prefix: str) -> dict[str, float]:
+    def _steps(self, batch, plan, step, *, prefix: str, first: dict[str, Any] | None = None) -> dict[str, float]:
+        """``step`` on each planned mini-batch of ``batch`` (``first``, when given, is the first one)."""
         sums: dict[str, float] = {}
-        for rows in plan:
-            metrics = step(_rows(batch, rows))
+        for i, rows in enumerate(plan):
+            metrics = step(first if i == 0 and first is not None else _rows(batch, rows))
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
         out = {}
@@ -281,6 +321,23 @@ def _host_weights(strategy: Any, device_weights: Any) -> Any:
     if live is not None and all(t.device.type == "cpu" for t in live.values()):
         return live
     return strategy.export_weights()
+
+
+class _Gap:
+    """Running mean of |pi_old - pi_infer| over the trained tokens (``train_infer/logprob_abs_diff``)."""
+
+    def __init__(self):
+        self.total, self.tokens = 0.0, 0.0
+
+    def add(self, old: Any, infer: Any, mask: Any) -> None:
+        width = min(old.shape[1], infer.shape[1], mask.shape[1])
+        mask = mask[:, :width].to(old.dtype)
+        self.total += float(((old[:, :width].detach() - infer[:, :width].to(old.dtype)).abs() * mask).sum())
+        self.tokens += float(mask.sum())
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.tokens
 
 
 def _rows(batch: dict[str, Any], rows: list[int] | None) -> dict[str, Any]:

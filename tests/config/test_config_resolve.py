@@ -308,3 +308,23 @@ def test_make_addition_rewrites_the_shipped_files_and_takes_another_prompt(tmp_p
     other = [json.loads(line) for line in open(tmp_path / "other/addition_val.jsonl")]
     assert [r["prompt"] for r in other][:2] == ["Add 32 and 43."] * 2  # the same pairs, the new question
     assert [{**r, "prompt": None} for r in other] == [{**r, "prompt": None} for r in shipped]
+
+
+@pytest.mark.parametrize("extra, rows, source", [
+    ({}, 8, None),  # one optimiser step (8 rows per mini-batch): the first forward is pi_old
+    ({}, 16, "train_step"),  # two steps: pi_old for the second step's rows, inside the train step
+    ({"ppo_epochs": 2}, 8, "train_step"),
+    ({"adv_estimator": "gigpo"}, 8, "train_step"),  # recompute switched on by resolve
+    ({"init_kl_coef": 0.1}, 8, "driver"),  # the KL penalty in the advantages reads pi_old
+    ({"train_infer_correction": {"is_weight": {"enabled": True}}}, 8, "driver"),
+    ({"train_infer_correction": {"filters": [{"enabled": True}]}}, 16, "driver"),
+    ({"force_disable_old_logprobs_recompute": True}, 16, None),
+])
+def test_where_pi_old_comes_from(roll_registry, extra, rows, source):
+    from types import SimpleNamespace
+
+    from roll_core.pipeline.base import TrainingLoop
+
+    resolved = resolve(agentic(**extra), registry=roll_registry)
+    loop = SimpleNamespace(config=resolved.config, use_reference=resolved.uses_reference)
+    assert TrainingLoop.old_log_probs_source(loop, rows) == source

@@ -191,3 +191,51 @@ def test_lora_on_two_ranks_takes_the_one_rank_step_and_gives_reference_log_probs
     for name, tensor in single["weights"].items():  # merged weights, HF names
         torch.testing.assert_close(double["weights"][name], tensor, atol=1e-6, rtol=1e-5)
     assert double["metrics"]["actor/loss"] == pytest.approx(single["metrics"]["actor/loss"], rel=1e-4)
+
+
+def test_pi_old_computed_in_the_train_step_gives_the_drivers_update(ray_session, tmp_path):
+    """Two optimiser steps (8 rows, mini-batches of 4): pi_old computed by each rank inside
+    ``train_actor`` for the second step's rows (the first step's own forward is pi_old for its rows)
+    trains as the driver's pi_old for every row does, on 1 rank and on 2, and over two epochs;
+    without pi_old (every step's own forward) the second step's ratio is lost and the update differs."""
+    import ray
+    import torch
+
+    def trained(name: str, world: int, epochs: int = 1, **options):
+        run = make_run(tmp_path / name, world, per_device=2 // world)  # x 2 accumulation: 4 rows a step
+        group, placement = group_of(run, world)
+        try:
+            batch = make_batch()
+            batch["infer_log_probs"] = torch.zeros(batch["advantages"].shape)  # a sampler far off pi_old
+            old = group.compute_log_probs(batch)
+            if options.pop("driver", False):
+                batch = {**batch, "old_log_probs": old}
+            metrics = group.train_actor(batch, epochs=epochs, shuffle_seed=5, **options)
+            mask = batch["response_mask"][:, 1:].float()
+            metrics["expected_gap"] = float((old.abs() * mask).sum() / mask.sum())
+            return metrics, ray.get(group.export_weights_ref()[0])
+        finally:
+            group.shutdown()
+            placement.remove()
+
+    driver_metrics, driver = trained("driver", 1, driver=True)
+    here_metrics, here = trained("here", 1, old_log_probs_here=True)
+    _, here_two_ranks = trained("here2", 2, old_log_probs_here=True)
+    _, without = trained("without", 1)
+    assert driver_metrics["actor/optimizer_steps"] == here_metrics["actor/optimizer_steps"] == 2.0
+    assert "time/old_logp" in here_metrics and "time/old_logp" not in driver_metrics
+    # the sampler's gap to pi_old is measured where pi_old is taken (the driver's correction step
+    # measures it when the driver sends pi_old)
+    assert "train_infer/logprob_abs_diff" not in driver_metrics
+    assert here_metrics["train_infer/logprob_abs_diff"] == pytest.approx(here_metrics["expected_gap"], rel=1e-5)
+    assert here_metrics["actor/loss"] == pytest.approx(driver_metrics["actor/loss"], rel=1e-5)
+    for name, tensor in driver.items():
+        torch.testing.assert_close(here[name], tensor, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(here_two_ranks[name], tensor, atol=1e-6, rtol=1e-5)
+    assert max(float((without[n] - t).abs().max()) for n, t in driver.items()) > 1e-3
+    # two epochs: rows train again after updates, so every row's pi_old is computed first, here as well
+    _, driver_twice = trained("driver_e2", 1, epochs=2, driver=True)
+    twice_metrics, here_twice = trained("here_e2", 1, epochs=2, old_log_probs_here=True)
+    assert twice_metrics["actor/optimizer_steps"] == 4.0
+    for name, tensor in driver_twice.items():
+        torch.testing.assert_close(here_twice[name], tensor, atol=1e-6, rtol=1e-5)
