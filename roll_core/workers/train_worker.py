@@ -324,15 +324,18 @@ def _host_weights(strategy: Any, device_weights: Any) -> Any:
 
 
 class _Gap:
-    """Running mean of |pi_old - pi_infer| over the trained tokens (``train_infer/logprob_abs_diff``)."""
+    """Running mean of |pi_old - pi_infer| over the trained tokens (``train_infer/logprob_abs_diff``),
+    the driver's metric (:func:`roll_core.algorithms.corrections.apply_train_infer_correction`) summed
+    over the micro-batches it is taken in."""
 
     def __init__(self):
         self.total, self.tokens = 0.0, 0.0
 
     def add(self, old: Any, infer: Any, mask: Any) -> None:
-        width = min(old.shape[1], infer.shape[1], mask.shape[1])
-        mask = mask[:, :width].to(old.dtype)
-        self.total += float(((old[:, :width].detach() - infer[:, :width].to(old.dtype)).abs() * mask).sum())
+        """``old`` detached, ``infer`` and ``mask`` (:func:`~roll_core.algorithms.label_mask`) of one shape."""
+        from roll_core.algorithms.masking import masked_sum
+
+        self.total += float(masked_sum((old - infer).abs(), mask))
         self.tokens += float(mask.sum())
 
     @property
