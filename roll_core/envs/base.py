@@ -61,6 +61,10 @@ class EnvConfig(BaseModel):
     format_penalty: float = Field(
         -0.1, description="Reward for a response that holds no valid action (state unchanged)."
     )
+    ineffective_penalty: float = Field(
+        0.0, description="Added to the reward of a valid action that changes nothing (a walk into a wall): "
+        "a signal where every episode of a group fails alike. 0 keeps the env's own reward.",
+    )
     action_pattern: str = Field(
         DEFAULT_ACTION_PATTERN, description="Regex with one group that captures the action."
     )
@@ -158,7 +162,8 @@ class TextEnv(gym.Env, abc.ABC):
 
         The response is parsed (:meth:`parse`); a response with no valid action, or one that
         :meth:`_step` rejects by returning ``None``, costs ``format_penalty`` and leaves the state
-        unchanged. Reaching ``max_steps`` truncates. Returns ``(observation, reward, terminated,
+        unchanged; a valid action that changes nothing (``effective=False``) adds ``ineffective_penalty``
+        to the env's reward. Reaching ``max_steps`` truncates. Returns ``(observation, reward, terminated,
         truncated, info)`` where ``info["metrics"]`` holds ``success``, ``action_is_valid`` and
         ``action_is_effective`` (0.0 or 1.0) and ``info["parsed_action"]`` what stood in the
         pattern. Raises ``RuntimeError`` after the episode ended. Do not override; implement
@@ -180,7 +185,8 @@ class TextEnv(gym.Env, abc.ABC):
         terminated = bool(outcome.terminated)
         truncated = not terminated and self.num_steps >= self.config.max_steps
         self.done = terminated or truncated
-        self.episode_reward += float(outcome.reward)
+        reward = float(outcome.reward) + (self.config.ineffective_penalty if valid and not outcome.effective else 0.0)
+        self.episode_reward += reward
         info = {
             **outcome.info,
             "parsed_action": parsed.content,
@@ -190,7 +196,7 @@ class TextEnv(gym.Env, abc.ABC):
                 "action_is_effective": float(valid and outcome.effective),
             },
         }
-        return self.observation(), float(outcome.reward), terminated, truncated, info
+        return self.observation(), reward, terminated, truncated, info
 
     def render(self, mode: str | None = None):
         """``"text"``: :meth:`render_text`; ``"rgb_array"``: :meth:`render_rgb`; else ``ValueError``."""

@@ -17,7 +17,7 @@ from roll_core.config.rlvr import RewardFilterConfig
 from roll_core.data import PromptRow, PromptSampler
 from roll_core.errors import RollError
 from roll_core.rollout.dynamic_sampling import filter_metrics
-from roll_core.rollout.engine.group_filters import EqualReturns
+from roll_core.rollout.engine.group_filters import EqualReturns, EqualSuccess
 from roll_core.rollout.engine.group_queue import GroupQueue
 from roll_core.rollout.engine.messages import GroupResult, Release, Report, Ticket
 from roll_core.rollout.rlvr.reward_filters import DynamicSampling, fails
@@ -197,12 +197,14 @@ def test_response_filter_resamples_then_drops_the_prompt(tokenizer):
 
 # -- agentic: the group queue --------------------------------------------------------------------------
 
-def group(ticket, returns):
+def group(ticket, returns, successes=None):
+    successes = successes or [0.0] * len(returns)
     turn = Turn(prompt_ids=[1], response_ids=[2], logprobs=[0.0], version=0, finish_reason="stop", observation="o")
     return [Trajectory(traj_id=f"{ticket.key}-{m}", traj_group_id=str(ticket.key), group_id=ticket.group_id,
                        episode_id=ticket.episode_id, member=m, tag="T", seed=ticket.seed, mode="train", turns=[turn],
                        incremental=True, terminated=True, truncated=False, end_reason="terminated",
-                       episode_reward=r, metrics={}, messages=[]) for m, r in enumerate(returns)]
+                       episode_reward=r, metrics={"success": ok}, messages=[])
+            for m, (r, ok) in enumerate(zip(returns, successes, strict=True))]
 
 
 async def settle():
@@ -216,6 +218,17 @@ def test_equal_returns_filter():
     assert f.filter(0, 0, group(ticket, [1.0, 1.0])) and f.filter(0, 0, group(ticket, [0.3, 0.3 + 1e-9]))
     assert not f.filter(0, 0, group(ticket, [0.0, 1.0]))
     assert not f.filter(0, 0, group(ticket, [1.0]))  # one episode has nothing to compare with: kept
+
+
+def test_equal_success_filter_looks_at_outcomes_not_returns():
+    ticket = Ticket(group_id=0, episode_id=0, seed=0, version=0)
+    f = EqualSuccess()
+    # shaped returns differ, yet every episode failed: dropped (equal_returns would keep it)
+    assert f.filter(0, 0, group(ticket, [-0.8, -2.8], [0.0, 0.0])) and not EqualReturns().filter(
+        0, 0, group(ticket, [-0.8, -2.8], [0.0, 0.0]))
+    assert f.filter(0, 0, group(ticket, [9.2, 8.2], [1.0, 1.0]))  # all solved: nothing to contrast
+    assert not f.filter(0, 0, group(ticket, [9.2, -0.8], [1.0, 0.0]))
+    assert not f.filter(0, 0, group(ticket, [1.0], [1.0]))  # one episode: kept
 
 
 def test_queue_replaces_filtered_groups_with_fresh_episodes_and_counts_them():

@@ -51,6 +51,16 @@ def test_blocked_moves_are_valid_but_ineffective():
     assert env.render_text() == before
 
 
+def test_ineffective_penalty_costs_a_blocked_move_only():
+    env = make_env("sokoban", ineffective_penalty=-1.0, format_penalty=-0.5)
+    env.reset(options={"level": parse_level(["######", "#P_X_#", "#O___#", "######"])})
+    rewards = [reward for _, reward, _, _, _ in _play(env, ["Up", "Right", "Left"])]
+    assert rewards == [pytest.approx(-1.1), pytest.approx(-0.1), pytest.approx(-0.1)]  # wall, step, step
+    _, reward, _, _, info = env.step("<answer>jump</answer>")  # invalid: format_penalty alone
+    assert reward == -0.5 and info["metrics"]["action_is_valid"] == 0.0
+    assert env.episode_reward == pytest.approx(-1.1 - 0.1 - 0.1 - 0.5)
+
+
 def test_invalid_response_keeps_state_and_costs_format_penalty():
     env = make_env("sokoban", format_penalty=-0.5)
     observation, _ = env.reset(seed=4)

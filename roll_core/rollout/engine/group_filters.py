@@ -39,6 +39,20 @@ class EqualReturns:
         return len(returns) > 1 and max(returns) - min(returns) <= EQUAL_RETURNS_TOL
 
 
+class EqualSuccess:
+    """Drop a group whose episodes all succeeded or all failed.
+
+    :class:`EqualReturns` for shaped rewards: with a per-step penalty (``ineffective_penalty``) two
+    failed episodes seldom earn the same return, so a group of failures would be kept, though it
+    holds nothing of the task's goal; this keeps groups that hold both outcomes (DAPO's accuracy
+    filter, per group of episodes).
+    """
+
+    def filter(self, group_id: int, episode_id: int, group: Sequence[Any]) -> bool:
+        outcomes = {t.metrics.get("success", 0.0) > 0 for t in group}
+        return len(group) > 1 and len(outcomes) == 1
+
+
 class BoundFilter:
     """A loaded filter as the env manager calls it: the verdict as a reason string, or None to keep."""
 
