@@ -51,6 +51,8 @@ class Turn:
     #: version of each response token when a weight sync split the response (partial rollout);
     #: ``None``: every token is ``version``
     token_versions: list[int] | None = None
+    #: False: a demonstrator's slip (warm-start demonstrations): context only, its tokens are masked
+    trainable: bool = True
 
     def versions(self) -> list[int]:
         """The policy version of each response token."""
@@ -111,14 +113,15 @@ class Trajectory:
             mask += [0] * len(turn.prompt_ids)
             logprobs += [0.0] * len(turn.prompt_ids)
             ids += turn.response_ids
-            mask += [1] * len(turn.response_ids)
+            mask += [int(turn.trainable)] * len(turn.response_ids)
             logprobs += list(turn.logprobs)
         return ids, mask, logprobs
 
     def step_tokens(self, k: int) -> tuple[list[int], list[int], list[float]]:
         """``(ids, mask, log-probs)`` of step ``k``'s row: its prompt (with history) and response.
 
-        Only the response of step ``k`` is trainable; earlier responses are context.
+        Only the response of step ``k`` is trainable (unless it is a demonstrator's slip, see
+        :attr:`Turn.trainable`); earlier responses are context.
         """
         turn = self.turns[k]
         if self.incremental:
@@ -127,7 +130,7 @@ class Trajectory:
             ids = list(turn.prompt_ids)
         prompt_len = len(ids)
         ids = ids + turn.response_ids
-        mask = [0] * prompt_len + [1] * len(turn.response_ids)
+        mask = [0] * prompt_len + [int(turn.trainable)] * len(turn.response_ids)
         logprobs = [0.0] * prompt_len + list(turn.logprobs)
         return ids, mask, logprobs
 

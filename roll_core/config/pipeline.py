@@ -196,6 +196,21 @@ class WarmupSFTConfig(RollModel):
         description="Fraction of the warm-start steps whose demonstrations the env's solver plays "
         "(policy scripted) instead of `policy`; 0 teaches only the format. Report it with results.",
     )
+    slip_rate: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="Fraction of the solver's demonstration turns played as a random valid move instead "
+        "(noise injected into the demonstrator, as in DART). A slip stays in the conversation but out of "
+        "the loss, as do moves where the solver then has no plan; the clone learns the solver's moves "
+        "from states off its path, such as a grid left unchanged by a move into a wall. 0: none.",
+    )
+
+    @model_validator(mode="after")
+    def _slips_need_the_solver(self):
+        if self.slip_rate and self.policy != "scripted" and not self.solver_fraction:
+            raise ValueError("warmup_sft.slip_rate makes the solver slip, but no demonstration is the solver's "
+                             "(policy is 'random' and solver_fraction is 0): set policy: scripted or a "
+                             "solver_fraction, or remove slip_rate")
+        return self
 
 
 class PipelineConfig(AlgorithmConfig, RunSettings):

@@ -302,6 +302,9 @@ class _Resolver:
             raise ConfigError(f"warmup_sft.policy is 'random', but the train tag {tag!r} is the agent {reg.name!r}, "
                               "which has no random actions: use warmup_sft.policy: scripted (the agent's expert "
                               "plays the demonstrations).")
+        if warmup is not None and warmup.steps > 0 and warmup.slip_rate and tag in c.train_env_manager.tags:
+            raise ConfigError(f"warmup_sft.slip_rate is set, but the train tag {tag!r} is the agent {reg.name!r}, whose "
+                              "expert writes whole replies and cannot slip: remove warmup_sft.slip_rate.")
         self.agents[tag] = binding
         config = binding.config.model_dump(mode="json") if isinstance(binding.config, BaseModel) else binding.config
         base = self.data["custom_envs"].get(tag) or {"env_type": reg.name}

@@ -7,7 +7,9 @@ prompts, chat template, token streams and response masks as RL), so it teaches t
 format. With ``policy: random`` the demonstrated actions are uniformly random valid moves: the
 warm-started model knows the format but not the task, and whatever it gains afterwards is RL's
 doing. ``policy: scripted``, or a ``solver_fraction`` of the steps, uses the env's solver instead
-(behaviour cloning: it teaches the task too; say so when reporting results).
+(behaviour cloning: it teaches the task too; say so when reporting results). ``slip_rate`` makes
+the solver slip now and then (a random move, kept out of the loss), so the clone also sees states
+off the solver's path and the way back from them.
 
 How: a temporary ``actor_train`` worker with its own optimiser (constant ``learning_rate``)
 trains ``steps`` steps and saves the model to ``output_dir/warmup_sft``; the run's train workers
@@ -46,6 +48,13 @@ def reached_nll(recent: Sequence[float], stop_nll: float | None) -> bool:
 def solver_step(step: int, fraction: float) -> bool:
     """Whether warm-start step ``step`` uses solver demonstrations: evenly spread, ``fraction`` of all."""
     return int((step + 1) * fraction) > int(step * fraction)
+
+
+#: demonstration policy -> its options from the ``warmup_sft`` section
+POLICY_OPTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "random": lambda warmup: {},
+    "scripted": lambda warmup: {"slip_rate": warmup.slip_rate} if warmup.slip_rate else {},
+}
 
 
 def warmup_config(config: Any) -> Any:
@@ -97,14 +106,16 @@ def run_warmup(pipeline: Any) -> tuple[str, dict[str, float]]:
     batch_size = warmup.batch_size or config.rollout_batch_size
     demos = pipeline.resolved.replace_config(demonstration_config(config))
     policies = {name: RolloutScheduler.from_run(demos, "train", policy=name, seed=config.seed + SEED_OFFSET,
-                                                async_generation_ratio=0.0)
+                                                async_generation_ratio=0.0, policy_options=POLICY_OPTIONS[name](warmup))
                 for name in {warmup.policy, *(["scripted"] * (warmup.solver_fraction > 0))}}
 
     def demonstrations(use_solver: bool) -> tuple[dict[str, Any], dict[str, float]]:
         batch = policies["scripted" if use_solver else warmup.policy].get_batch(batch_size)
         data = batch_dict(batch)
+        turns = [turn for traj in batch.trajectories for turn in traj.turns]
         return ({k: data[k] for k in ("input_ids", "attention_mask", "response_mask")},
-                trajectory_summary(batch.trajectories, "sft_demos"))
+                {**trajectory_summary(batch.trajectories, "sft_demos"),
+                 "sft_demos/masked_turns": sum(not turn.trainable for turn in turns) / max(len(turns), 1)})
 
     try:
         return train_warmup(pipeline, demonstrations)

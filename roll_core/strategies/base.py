@@ -66,6 +66,9 @@ class GenerationOutput:
     #: the policy version of each generated token; ``None``: all ``policy_version``. A response
     #: interrupted by a weight sync and continued on the new weights (partial rollout) mixes versions.
     token_versions: list[int] | None = None
+    #: False: a model-free demonstrator's slip (roll_core.envs.policies.ScriptedPolicy): the turn is
+    #: played and stays in the context, but its tokens are no training target
+    trainable: bool = True
 
     def versions(self) -> list[int]:
         """The policy version of each generated token."""

@@ -21,6 +21,20 @@ def test_demonstrations_play_one_instance_per_env():
     assert config.train_env_manager.group_size == 8  # the run's own config is untouched
 
 
+def test_slip_rate_goes_to_the_solvers_demonstrations_only():
+    from roll_core.pipeline.warmup import POLICY_OPTIONS
+
+    config = load_config(str(EXAMPLES / "sokoban" / "starpo.yaml"), ["+warmup_sft.slip_rate=0.25"])
+    assert POLICY_OPTIONS["scripted"](config.warmup_sft) == {"slip_rate": 0.25}
+    assert POLICY_OPTIONS["random"](config.warmup_sft) == {}
+    plain = load_config(str(EXAMPLES / "sokoban" / "starpo.yaml"))
+    assert POLICY_OPTIONS["scripted"](plain.warmup_sft) == {}  # the example's demonstrations are unchanged
+    with pytest.raises(ConfigError, match="no demonstration is the solver's"):
+        load_config(str(EXAMPLES / "frozen_lake" / "grpo.yaml"), ["warmup_sft.policy=random",
+                                                                   "warmup_sft.solver_fraction=0",
+                                                                   "+warmup_sft.slip_rate=0.25"])
+
+
 def test_solver_steps_are_spread_evenly():
     assert [solver_step(s, 0.25) for s in range(8)] == [False, False, False, True] * 2
     assert sum(solver_step(s, 0.5) for s in range(10)) == 5

@@ -170,6 +170,9 @@ def test_agent_config_mistakes_are_named(registry):
     with pytest.raises(ConfigError, match=r"custom_envs\.Search\.env_config\.max_turns"):
         agent_run(registry, ["Search"], "+custom_envs.Search.env_type=number_search",
                   "+custom_envs.Search.env_config.max_turns=0", model=False)
+    with pytest.raises(ConfigError, match="slip_rate.*cannot slip"):
+        agent_run(registry, ["LakeAgent"], "+warmup_sft.steps=3", "+warmup_sft.policy=scripted",
+                  "+warmup_sft.slip_rate=0.2", model=False)
     with pytest.raises(Exception, match="Installed agents: .*number_search"):
         agent_run(registry, ["X"], "+custom_envs.X.env_type=number_serch", model=False)
     from roll_core.rollout.engine.spec_from_run import rollout_spec

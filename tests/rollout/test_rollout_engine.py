@@ -205,6 +205,14 @@ def test_scripted_policy_and_bad_requests(ray_session, tokenizer):
         assert len(scheduler.get_batch(4, timeout=60)) == 4
     with pytest.raises(ConfigError, match="generation scheduler"):
         RolloutScheduler(spec_for(["Counting"], policy="model"), tokenizer)
+    # the warm start's slipping demonstrator: the options reach the env managers' policies
+    slipping = spec_for(["Counting"], groups=2, group_size=2, policy="scripted", policy_options={"slip_rate": 0.5},
+                        env_config={"Counting": {"max_target": 12, "max_steps": 12}})
+    with RolloutScheduler(slipping, tokenizer) as scheduler:
+        batch = scheduler.get_batch(4, timeout=60)
+        turns = [turn for traj in batch.trajectories for turn in traj.turns]
+        assert any(not turn.trainable for turn in turns) and any(turn.trainable for turn in turns)
+        assert int(batch["response_mask"].sum()) == sum(len(t.response_ids) for t in turns if t.trainable)
 
 
 # -- the model as the policy: hf_infer + roll-tiny behind the generation scheduler ----------------

@@ -229,6 +229,48 @@ def test_trajectory_and_step_batches(codec, test_registry):
                        torch.tensor(first.token_stream()[0]))
 
 
+@pytest.mark.parametrize("granularity", ["trajectory", "step"])
+def test_a_demonstrators_slips_stay_in_the_context_and_out_of_the_loss(codec, test_registry, granularity):
+    """warmup_sft.slip_rate: the scripted policy plays some random moves; those turns are played and
+    kept in the conversation, but their tokens are no training target (DART-style noisy demonstrations)."""
+    spec = counting_spec(granularity=granularity)
+    env_config = {"max_target": 30, "max_steps": 30}
+    slipping = make_turn_policy("scripted", codec, options={"slip_rate": 0.4})
+    trajs = [run_episode(codec, test_registry, spec, slipping, seed=s, env_config=env_config) for s in (1, 2, 3)]
+    turns = [turn for traj in trajs for turn in traj.turns]
+    slips = [turn for turn in turns if not turn.trainable]
+    assert 0.2 < len(slips) / len(turns) < 0.6  # about 40 %: the rate, drawn per turn
+    # the solver's turns move towards the target; a slip is any valid move, so some go the other way
+    assert {turn.response_text for turn in slips} == {"<answer>Up</answer>", "<answer>Down</answer>"}
+    batch = build_batch(trajs, granularity=granularity, pad_id=codec.pad_token_id)
+    masks = batch["response_mask"]
+    if granularity == "trajectory":
+        for i, traj in enumerate(trajs):
+            ids, mask, _ = traj.token_stream()
+            assert masks[i, :len(ids)].tolist() == mask
+            assert sum(mask) == sum(len(t.response_ids) for t in traj.turns if t.trainable)
+            assert codec.decode(ids).count("assistant\n<answer>") == traj.num_steps  # slips stay in the context
+    else:
+        assert [int(masks[k].sum()) for k in range(len(turns))] == [
+            len(t.response_ids) if t.trainable else 0 for t in turns]
+    # the same seed slips at the same turns; without slips every turn is the solver's and trains
+    again = [run_episode(codec, test_registry, spec, slipping, seed=s, env_config=env_config) for s in (1, 2, 3)]
+    assert [[t.trainable for t in tr.turns] for tr in again] == [[t.trainable for t in tr.turns] for tr in trajs]
+    solver = run_episode(codec, test_registry, spec, make_turn_policy("scripted", codec), seed=1, env_config=env_config)
+    assert all(turn.trainable for turn in solver.turns) and solver.metrics["success"] == 1.0
+
+
+def test_policy_options_are_checked(codec):
+    from roll_core.errors import ConfigError, RollError
+
+    with pytest.raises(ConfigError, match="does not take the options"):
+        make_turn_policy("random", codec, options={"slip_rate": 0.1})
+    with pytest.raises(RollError, match=r"slip_rate must be in \[0, 1\)"):
+        make_turn_policy("scripted", codec, options={"slip_rate": 1.0})
+    with pytest.raises(ConfigError, match="takes no policy options"):
+        make_turn_policy("model", codec, generate_scheduler=object(), options={"slip_rate": 0.1})
+
+
 def test_windowed_episode_gives_step_rows_only(codec, test_registry):
     spec = counting_spec(granularity="step",
                          envs={"Counting": EnvSpec("Counting", counting_env(), history_window=1)})

@@ -129,7 +129,7 @@ def trajectory_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[dict, di
     common, lists = _common(trajs)
     tensors.update(common)
     tensors["token_versions"] = label_token_versions(
-        tensors["response_mask"], [[v for turn in t.turns for v in turn.versions()] for t in trajs])
+        tensors["response_mask"], [[v for turn in t.turns if turn.trainable for v in turn.versions()] for t in trajs])
     tensors["response_length"] = torch.tensor([t.response_length for t in trajs], dtype=torch.long)
     return tensors, lists
 
@@ -140,7 +140,7 @@ def step_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[dict, dict]:
     for traj in trajs:
         for k, turn in enumerate(traj.turns):
             rows.append(traj.step_tokens(k))
-            versions.append(turn.versions())
+            versions.append(turn.versions() if turn.trainable else [])  # a slip's tokens are masked
             rewards.append(turn.reward)
             steps.append(k)
             hashes.append(state_hash(turn.observation))

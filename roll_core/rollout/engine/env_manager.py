@@ -93,7 +93,8 @@ class EnvMember:
         self.member = member
         self.env_spec = env_spec
         self.route_key = f"{manager.spec.mode}-g{group_id}-m{member}"
-        self.policy: TurnPolicy = make_turn_policy(manager.spec.policy, manager.codec, manager.generate_scheduler)
+        self.policy: TurnPolicy = make_turn_policy(manager.spec.policy, manager.codec, manager.generate_scheduler,
+                                                   manager.spec.policy_options)
         self.env: Any = None
         self.failures_in_row = 0  # failed attempts since this env last finished an episode
 

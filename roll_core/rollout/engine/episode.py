@@ -210,6 +210,7 @@ async def play_episode(ctx: EpisodeContext, env: Any, env_spec: EnvSpec, ticket:
             version=version, finish_reason=output.finish_reason, observation=observation,
             prompt_text=piece.text, response_text=response_text, reward=float(reward), metrics=metrics,
             token_versions=None if output.token_versions is None else list(output.token_versions),
+            trainable=output.trainable,
         ))
         if frames is not None:
             frames.append(_frame(env))

@@ -75,6 +75,7 @@ class RolloutSpec:
     sequence_length: int
     sampling: SamplingParams = field(default_factory=SamplingParams)
     policy: str = "model"  # "model" | "random" | "scripted" (see roll_core.rollout.engine.turn_policies)
+    policy_options: Mapping[str, Any] = field(default_factory=dict)  # a model-free policy's options (slip_rate)
     async_generation_ratio: float = 0.0
     #: synchronous batches generate in lock-step rounds (reproducible; generate_scheduler.py)
     lockstep: bool = False

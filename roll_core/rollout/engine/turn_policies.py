@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from roll_core.chat.codec import ChatCodec
@@ -40,7 +41,9 @@ class ModelPolicy(TurnPolicy):
 
     needs_model = True
 
-    def __init__(self, name: str, codec: ChatCodec, generate_scheduler: Any = None):
+    def __init__(self, name: str, codec: ChatCodec, generate_scheduler: Any = None, **options: Any):
+        if options:
+            raise ConfigError(f"the model as the rollout policy takes no policy options, got {sorted(options)}")
         if generate_scheduler is None:
             raise ConfigError(
                 "the rollout policy is the model, but no generation scheduler was given; build one "
@@ -59,13 +62,17 @@ class TextPolicy(TurnPolicy):
     The response is tokenised and closed with the end-of-turn token, truncated at the request's
     ``max_new_tokens`` like a model's would be; log-probs are 0 and the version is the one the
     episode was admitted at (a fixed policy never goes stale). It is rebuilt every episode with that
-    episode's seed.
+    episode's seed. ``options`` go to the policy's constructor (the scripted policy's ``slip_rate``);
+    a move the policy does not stand behind (its ``demonstrated`` is False) is answered untrainable.
     """
 
-    def __init__(self, name: str, codec: ChatCodec, generate_scheduler: Any = None):
+    def __init__(self, name: str, codec: ChatCodec, generate_scheduler: Any = None, **options: Any):
         self.codec = codec
-        self.factory = functools.partial(TEXT_POLICIES[name], **TEXT_POLICY_OPTIONS.get(name, {}))
-        self.policy = self.factory(None)
+        self.factory = functools.partial(TEXT_POLICIES[name], **{**TEXT_POLICY_OPTIONS.get(name, {}), **options})
+        try:
+            self.policy = self.factory(None)
+        except TypeError as exc:
+            raise ConfigError(f"the {name!r} rollout policy does not take the options {sorted(options)}: {exc}") from None
 
     def start_episode(self, seed: int) -> None:
         self.policy = self.factory(seed)
@@ -78,7 +85,8 @@ class TextPolicy(TurnPolicy):
         if len(ids) > limit:
             ids, finish = ids[:limit], "length"
         return GenerationOutput(request_id=request.request_id, token_ids=ids, logprobs=[0.0] * len(ids),
-                                finish_reason=finish, policy_version=version)
+                                finish_reason=finish, policy_version=version,
+                                trainable=getattr(self.policy, "demonstrated", True))
 
 
 #: options of a text policy inside a rollout: one policy name covers every env of a run, so the
@@ -104,8 +112,9 @@ def policy_needs_model(name: str) -> bool:
     return TURN_POLICIES[check_policy(name)].needs_model
 
 
-def make_turn_policy(name: str, codec: ChatCodec, generate_scheduler: Any = None) -> TurnPolicy:
-    return TURN_POLICIES[check_policy(name)](name, codec, generate_scheduler=generate_scheduler)
+def make_turn_policy(name: str, codec: ChatCodec, generate_scheduler: Any = None,
+                     options: Mapping[str, Any] | None = None) -> TurnPolicy:
+    return TURN_POLICIES[check_policy(name)](name, codec, generate_scheduler=generate_scheduler, **dict(options or {}))
 
 
 def lockstep_rollout(spec: Any, generate_scheduler: Any) -> bool:
